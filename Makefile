@@ -1,0 +1,54 @@
+# wikiprep: `make demo` and `make test` are the two commands a new user needs (README).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+# The real runs (README, "Wikipedia"): make wiki-128 DUMP_DATE=20261101
+DATA_DIR   ?= data
+WIKI       ?= enwiki
+DUMP_DATE  ?=
+DUMP_URL   ?= https://dumps.wikimedia.org
+VOCAB_FILE ?=
+WORKERS    ?= 2
+NUM_SHARDS ?= 256
+SCHEDULER  ?=
+DEMO_DIR   ?= demo
+
+ifeq ($(SCHEDULER),)
+SCHEDULER_ARGS := --local-scheduler
+else
+SCHEDULER_ARGS := --scheduler-host $(word 1,$(subst :, ,$(SCHEDULER))) --scheduler-port $(word 2,$(subst :, ,$(SCHEDULER))) --no-lock
+export LUIGI_CONFIG_PATH := $(CURDIR)/cluster/luigi-cluster.cfg
+endif
+
+.PHONY: setup demo test wiki-128 wiki-384 wiki-512 luigid clean-demo
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/luigi --module workflows Demo --out-dir $(DEMO_DIR) --local-scheduler --workers 2
+	$(BIN)/python -m workflows summary $(DEMO_DIR)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+wiki-128 wiki-384 wiki-512: setup
+	@if [ -z "$(DUMP_DATE)" ]; then \
+	  echo "make $@: set DUMP_DATE=YYYYMMDD, the date of a finished dump (see README: picking a dump); nothing falls back to 'latest'" >&2; \
+	  exit 2; fi
+	$(BIN)/luigi --module workflows Pretrain$(subst wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
+	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) --workers $(WORKERS) $(SCHEDULER_ARGS)
+
+luigid: setup
+	$(BIN)/luigid --address 0.0.0.0 --port 8082 --state-path $(DATA_DIR)/luigid/state.pickle --logdir $(DATA_DIR)/luigid
+
+clean-demo:
+	rm -rf $(DEMO_DIR)
