@@ -1,0 +1,122 @@
+"""TFRecord framing, Example encoding, index files, atomic commits, manifests: against TensorFlow itself."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from wikiprep import atomic, manifest, records
+from wikiprep.errors import PrepError
+
+FEATURES = [
+    ("input_ids", records.INT64, [101, 7592, 30521, 0, 0]),
+    ("masked_lm_weights", records.FLOAT, [1.0, 0.0]),
+    ("big", records.INT64, [2**40, -1, 65535, 65536]),
+    ("image/encoded", records.BYTES, [b"\xff\xd8\xff", b""]),
+    ("empty", records.FLOAT, []),
+]
+
+
+def tf_example():
+    def feat(kind, values):
+        if kind == records.INT64:
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+        if kind == records.FLOAT:
+            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+    return tf.train.Example(features=tf.train.Features(feature={n: feat(k, v) for n, k, v in FEATURES}))
+
+
+def test_example_bytes_equal_protobuf_deterministic_serialization():
+    assert records.encode_example(FEATURES) == tf_example().SerializeToString(deterministic=True)
+    # The order features are given in does not matter: the bytes are canonical.
+    assert records.encode_example(list(reversed(FEATURES))) == records.encode_example(FEATURES)
+
+
+def test_tensorflow_reads_written_records_and_index(tmp_path):
+    path = tmp_path / "x.tfrecord"
+    payloads = [records.encode_example([("i", records.INT64, [n] * n)]) for n in range(1, 6)]
+    assert records.write_records(path, payloads, records.index_path_for(path)) == 5
+    got = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
+    assert got == payloads
+    parsed = tf.io.parse_single_example(got[2], {"i": tf.io.FixedLenFeature([3], tf.int64)})
+    assert parsed["i"].numpy().tolist() == [3, 3, 3]
+    assert records.check_index(path, tmp_path / "x.index") == 5
+
+
+def test_index_matches_tfrecord2idx(tmp_path):
+    path = tmp_path / "x.tfrecord"
+    records.write_records(path, [b"a" * n for n in (1, 300, 70000)], tmp_path / "x.index")
+    # The tfrecord package cannot share a process with TensorFlow (duplicate proto symbols).
+    subprocess.run([sys.executable, "-m", "tfrecord.tools.tfrecord2idx", str(path), str(tmp_path / "ref.idx")],
+                   check=True, capture_output=True)
+    assert (tmp_path / "ref.idx").read_text() == (tmp_path / "x.index").read_text()
+
+
+def test_corruption_is_reported_with_the_file(tmp_path):
+    path = tmp_path / "x.tfrecord"
+    records.write_records(path, [b"payload-one", b"payload-two"])
+    data = bytearray(path.read_bytes())
+    data[14] ^= 0xFF  # inside the first record's payload (12-byte header)
+    path.write_bytes(bytes(data))
+    with pytest.raises(PrepError, match="x.tfrecord: bad data checksum in the record at byte 0"):
+        list(records.read_records(path))
+    path.write_bytes(bytes(data[:20]))
+    with pytest.raises(PrepError, match="x.tfrecord: truncated"):
+        list(records.read_records(path))
+
+
+def test_failed_write_leaves_nothing_behind(tmp_path):
+    path = tmp_path / "out" / "x.tfrecord"
+    with pytest.raises(RuntimeError):
+        with records.RecordWriter(path, records.index_path_for(path)) as w:
+            w.write(b"abc")
+            raise RuntimeError("killed")
+    assert sorted(os.listdir(path.parent)) == []
+
+
+def test_receipts_mark_completion_and_detect_truncation(tmp_path):
+    path = tmp_path / "data.bin"
+    assert atomic.read_receipt(path) is None
+    atomic.write_bytes(path, b"0123456789")
+    assert atomic.read_receipt(path) is None  # committed data without a receipt is not complete
+    receipt = atomic.write_receipt(path, records=3)
+    assert atomic.read_receipt(path) == receipt and receipt["size"] == 10 and receipt["records"] == 3
+    assert atomic.receipt_path(path).parent.name == ".receipts"
+    path.write_bytes(b"01234")
+    assert atomic.read_receipt(path) is None
+
+
+def test_atomic_dir_commit_and_receipt(tmp_path):
+    folder = tmp_path / "buckets"
+    with pytest.raises(ValueError):
+        with atomic.atomic_dir(folder) as tmp:
+            (tmp / "a.txt").write_text("half")
+            raise ValueError
+    assert not folder.exists() and list(tmp_path.iterdir()) == []
+    with atomic.atomic_dir(folder) as tmp:
+        (tmp / "a.txt").write_text("one")
+        (tmp / "b.txt").write_text("two")
+    assert atomic.read_dir_receipt(folder) is None
+    atomic.write_dir_receipt(folder, note="x")
+    assert sorted(atomic.read_dir_receipt(folder)["files"]) == ["a.txt", "b.txt"]
+    (folder / "b.txt").write_text("changed size")
+    assert atomic.read_dir_receipt(folder) is None
+
+
+def test_manifest_lists_data_files_and_catches_changes(tmp_path):
+    atomic.write_bytes(tmp_path / "b.tfrecord", b"bbbb")
+    atomic.write_bytes(tmp_path / "a.tfrecord", b"aa")
+    atomic.write_receipt(tmp_path / "a.tfrecord")
+    m = manifest.write_manifest(tmp_path, {"a.tfrecord": 7}, extra={"dataset": {"seed": 1}})
+    assert [f["path"] for f in m["files"]] == ["a.tfrecord", "b.tfrecord"]
+    assert m["files"][0]["records"] == 7 and "records" not in m["files"][1]
+    first = (tmp_path / "MANIFEST.json").read_bytes()
+    manifest.write_manifest(tmp_path, {"a.tfrecord": 7}, extra={"dataset": {"seed": 1}})
+    assert (tmp_path / "MANIFEST.json").read_bytes() == first
+    manifest.check_manifest(tmp_path)
+    (tmp_path / "b.tfrecord").write_bytes(b"bbbx")
+    with pytest.raises(PrepError, match="b.tfrecord: checksum differs"):
+        manifest.check_manifest(tmp_path)

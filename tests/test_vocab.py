@@ -1,0 +1,61 @@
+"""The trained WordPiece vocabulary: deterministic across processes, a usable BERT vocab."""
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from wikiprep import vocab
+from wikiprep.errors import PrepError
+
+TEXT = """The quick brown fox jumps over the lazy dog.
+Foxes are quick; dogs are lazy, said Dr. Smith of the U.S. survey.
+Jumping foxes jumped over jumpers while the dogs slept soundly.
+Élan and naïve café owners served crème brûlée to 12 visitors in 1999.
+"""
+
+
+def _train_in_subprocess(corpus, out, hash_seed):
+    code = (f"from wikiprep.vocab import build_vocab; "
+            f"build_vocab([{str(corpus)!r}], {str(out)!r}, vocab_size=300, min_frequency=1)")
+    env = dict(os.environ, PYTHONHASHSEED=str(hash_seed))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    return hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def test_same_vocabulary_whatever_the_hash_seed(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT * 20, encoding="utf-8")
+    digests = {_train_in_subprocess(corpus, tmp_path / f"v{s}.txt", s) for s in (1, 2, 3)}
+    assert len(digests) == 1
+
+
+def test_vocabulary_is_a_bert_vocab(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT * 20, encoding="utf-8")
+    out = tmp_path / "vocab.txt"
+    stats = vocab.build_vocab([corpus], out, vocab_size=120, min_frequency=1)
+    tokens = out.read_text(encoding="utf-8").splitlines()
+    assert stats["vocab_size"] == len(tokens) == 120
+    assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert len(set(tokens)) == len(tokens)
+    assert "the" in tokens and "##s" in tokens
+    assert "É" not in tokens  # lower-cased (accents are kept, as BertNormalizer's default with lowercase)
+    assert vocab.check_vocab_file(out) == 120
+
+
+def test_bad_inputs_name_the_file(tmp_path):
+    with pytest.raises(PrepError, match="nope.txt: no such file"):
+        vocab.build_vocab([tmp_path / "nope.txt"], tmp_path / "v.txt", vocab_size=100)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(PrepError, match="no words"):
+        vocab.build_vocab([empty], tmp_path / "v.txt", vocab_size=100)
+    notbert = tmp_path / "words.txt"
+    notbert.write_text("a\nb\n")
+    with pytest.raises(PrepError, match="words.txt: not a BERT vocabulary"):
+        vocab.check_vocab_file(notbert)
+    with pytest.raises(PrepError, match="missing.txt: vocabulary file not found"):
+        vocab.check_vocab_file(tmp_path / "missing.txt")
