@@ -88,10 +88,13 @@ def receipt_path(path: str | os.PathLike) -> Path:
     return path.parent / RECEIPTS_DIR / (path.name + ".json")
 
 
-def write_receipt(path: str | os.PathLike, **info) -> dict:
-    """Commit the receipt of an already-committed `path`: its size and sha256 plus `info`."""
+def write_receipt(path: str | os.PathLike, *, sha256: str | None = None, **info) -> dict:
+    """Commit the receipt of an already-committed `path`: its size and sha256 plus `info`.
+
+    Pass `sha256` when it was computed while writing, to spare re-reading a large file.
+    """
     path = Path(path)
-    receipt = {"file": path.name, "size": path.stat().st_size, "sha256": sha256_file(path), **info}
+    receipt = {"file": path.name, "size": path.stat().st_size, "sha256": sha256 or sha256_file(path), **info}
     write_json(receipt_path(path), receipt)
     return receipt
 

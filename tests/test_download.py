@@ -1,0 +1,458 @@
+"""wikiprep.download against a real HTTP server on 127.0.0.1 (tests/dumpserver.py) and file:// URLs."""
+
+from __future__ import annotations
+
+import bz2
+import email.utils
+import hashlib
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from dumpserver import DumpServer
+from wikiprep import __version__
+from wikiprep.atomic import read_receipt, receipt_path
+from wikiprep.download import (
+    Part,
+    default_user_agent,
+    fetch_dump_status,
+    fetch_part,
+    list_parts,
+)
+from wikiprep.errors import PrepError
+
+WIKI, DATE = "testwiki", "20240101"
+P = f"{WIKI}-{DATE}-"
+SPLIT = [f"{P}pages-articles1.xml-p1p10.bz2", f"{P}pages-articles2.xml-p11p20.bz2", f"{P}pages-articles10.xml-p21p30.bz2"]
+RECOMBINED = f"{P}pages-articles.xml.bz2"
+MULTI = [f"{P}pages-articles-multistream.xml.bz2", f"{P}pages-articles-multistream-index.txt.bz2"]
+BIG = SPLIT[0]  # ~200 KB, so faults can cut it in the middle
+FAST = dict(backoff_base=0.001, max_wait=0.05, chunk_size=16 * 1024, progress_bar=False)
+FAST_STATUS = dict(backoff_base=0.001, max_wait=0.05)
+
+
+def _content(name: str, size: int) -> bytes:
+    # Random payload so bz2 cannot shrink it; seeded by name so files differ.
+    rng = random.Random(name)
+    return bz2.compress(b"<mediawiki>" + rng.randbytes(size) + b"</mediawiki>")
+
+
+def _entry(name: str, data: bytes, hashes: bool) -> dict:
+    e = {"size": len(data), "url": f"/{WIKI}/{DATE}/{name}"}
+    if hashes:
+        e["sha1"] = hashlib.sha1(data).hexdigest()
+        e["md5"] = hashlib.md5(data).hexdigest()
+    return e
+
+
+def make_dump(root: Path, *, status: str = "done", hashes_in_status: bool = True, sums=("sha1", "md5")) -> dict[str, bytes]:
+    """A dumps-site folder root/WIKI/DATE with split, recombined and multistream jobs; returns name -> bytes."""
+    folder = root / WIKI / DATE
+    folder.mkdir(parents=True)
+    files = {name: _content(name, 200_000 if name == BIG else 3_000) for name in SPLIT + [RECOMBINED] + MULTI}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+
+    def job(names, st=status):
+        return {"status": st, "updated": "2024-01-02 03:04:05",
+                "files": {n: _entry(n, files[n], hashes_in_status) for n in names}}
+
+    doc = {"version": "0.8", "jobs": {
+        "articlesdump": job(SPLIT),
+        "articlesdumprecombine": job([RECOMBINED]),
+        "articlesmultistreamdump": job(MULTI),
+        "xmlstubsdump": {"status": "done", "updated": "2024-01-02 03:04:05", "files": {}},
+    }}
+    (folder / "dumpstatus.json").write_text(json.dumps(doc))
+    for h in sums:
+        lines = [f"{hashlib.new(h, files[n]).hexdigest()}  {n}\n" for n in sorted(files)]
+        (folder / f"{P}{h}sums.txt").write_text("".join(lines))
+    return files
+
+
+def url_path(name: str) -> str:
+    return f"/{WIKI}/{DATE}/{name}"
+
+
+def assert_clean(dest: Path, name: str, data: bytes | None) -> None:
+    """Either the committed, verified bytes with a receipt, or nothing at all under the final name."""
+    final = dest / name
+    if data is None:
+        assert not final.exists(), f"{final} left behind"
+        assert not receipt_path(final).exists()
+    else:
+        assert final.read_bytes() == data
+        r = read_receipt(final)
+        assert r is not None and r["sha1"] == hashlib.sha1(data).hexdigest() and r["size"] == len(data)
+        assert not (dest / f"{name}.part").exists() and not (dest / f"{name}.part.json").exists()
+    assert not [p for p in dest.glob("*.tmp-*")], "temporary files left behind"
+
+
+@pytest.fixture
+def site(tmp_path):
+    root = tmp_path / "site"
+    files = make_dump(root)
+    with DumpServer(root) as srv:
+        yield srv, files, tmp_path / "dl"
+
+
+def _status_and_parts(srv, dest, **kw):
+    fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+    return {p.name: p for p in list_parts(dest, WIKI, DATE, **kw)}
+
+
+def test_plain_download_then_committed_part_returns_at_once(site):
+    srv, files, dest = site
+    status_path = fetch_dump_status(srv.url, WIKI, DATE, dest)
+    assert status_path == dest / "dumpstatus.json"
+    assert read_receipt(status_path)["url"] == f"{srv.url}/{WIKI}/{DATE}/dumpstatus.json"
+    assert (dest / f"{P}sha1sums.txt").is_file() and (dest / f"{P}md5sums.txt").is_file()
+
+    parts = list_parts(dest, WIKI, DATE)
+    assert [p.name for p in parts] == SPLIT  # split parts, natural order (2 before 10)
+    seen = []
+    for part in parts:
+        receipt = fetch_part(srv.url, WIKI, DATE, part, dest, progress=lambda d, t: seen.append((d, t)), **FAST)
+        assert receipt["sha1"] == hashlib.sha1(files[part.name]).hexdigest()
+        assert receipt["url"] == f"{srv.url}/{WIKI}/{DATE}/{part.name}"
+        assert_clean(dest, part.name, files[part.name])
+    assert seen[-1] == (len(files[SPLIT[-1]]), len(files[SPLIT[-1]]))
+    big = [s for s in seen if s[1] == len(files[BIG])]
+    assert len(big) > 5 and big == sorted(big)  # chunked progress, monotone
+
+    n = len(srv.log)
+    again = fetch_part(srv.url, WIKI, DATE, parts[0], dest, **FAST)
+    assert again == read_receipt(dest / BIG)
+    assert len(srv.log) == n, "a committed part was requested again"
+
+
+def test_dropped_connection_resumes_with_range(site):
+    srv, files, dest = site
+    part = _status_and_parts(srv, dest)[BIG]
+    srv.add_fault(url_path(BIG), "drop", after=70_000)
+    fetch_part(srv.url, WIKI, DATE, part, dest, **FAST)
+    assert_clean(dest, BIG, files[BIG])
+    first, second = srv.log_for(url_path(BIG))
+    assert first.status == 200 and first.body_sent == 70_000
+    # The client resumes from what it wrote: whole chunks of what arrived (urllib3 drops the
+    # partial chunk that was being read when the connection broke).
+    start = second.range_start
+    assert 70_000 - FAST["chunk_size"] < start <= 70_000
+    assert second.headers.get("Range") == f"bytes={start}-"
+    assert second.headers.get("If-Range") == '"' + hashlib.sha1(files[BIG]).hexdigest()[:16] + '"'
+    assert second.status == 206 and second.body_sent == len(files[BIG]) - start  # the rest, not the whole file
+
+
+def test_interrupted_run_resumes_in_the_next_call(site):
+    srv, files, dest = site
+    part = _status_and_parts(srv, dest)[BIG]
+    srv.add_fault(url_path(BIG), "drop", after=50_000)
+    with pytest.raises(PrepError, match=rf"giving up on {BIG} .* after 0 retries"):
+        fetch_part(srv.url, WIKI, DATE, part, dest, retries=0, **FAST)
+    had = (dest / f"{BIG}.part").read_bytes()
+    assert 0 < len(had) <= 50_000 and files[BIG].startswith(had)
+    assert_clean(dest, BIG, None)
+
+    fetch_part(srv.url, WIKI, DATE, part, dest, **FAST)  # a new call hashes the .part and resumes
+    assert_clean(dest, BIG, files[BIG])
+    first, last = srv.log_for(url_path(BIG))
+    assert last.headers.get("Range") == f"bytes={len(had)}-" and "If-Range" in last.headers and last.status == 206
+    assert last.body_sent == len(files[BIG]) - len(had)
+
+
+def test_changed_file_restarts_from_scratch(site, tmp_path):
+    srv, files, dest = site
+    old = files[BIG]
+    new = old[:10] + bytes(b ^ 0x55 for b in old[10:])  # same size and magic, other bytes from byte 10 on
+    status = json.loads((tmp_path / "site" / WIKI / DATE / "dumpstatus.json").read_text())
+    status["jobs"]["articlesdump"]["files"][BIG] = _entry(BIG, new, True)
+    parts = {p.name: p for p in list_parts(status, WIKI, DATE)}
+    # The old file is cut after 60 000 bytes, then replaced on the server (new ETag).
+    srv.add_fault(url_path(BIG), "drop", after=60_000)
+    srv.add_fault(url_path(BIG), "replace", data=new)
+    fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
+    assert_clean(dest, BIG, new)
+    first, second = srv.log_for(url_path(BIG))
+    assert 0 < second.range_start <= 60_000 and second.headers["If-Range"] == '"' + hashlib.sha1(old).hexdigest()[:16] + '"'
+    assert second.status == 200 and second.body_sent == len(new)  # stale validator: whole new file
+
+
+def test_timeout_is_retried_and_resumed(site):
+    srv, files, dest = site
+    part = _status_and_parts(srv, dest)[BIG]
+    srv.add_fault(url_path(BIG), "stall", after=40_000, seconds=1.5)
+    fetch_part(srv.url, WIKI, DATE, part, dest, timeout=0.3, **FAST)
+    assert_clean(dest, BIG, files[BIG])
+    first, last = srv.log_for(url_path(BIG))
+    start = last.range_start
+    assert 40_000 - FAST["chunk_size"] < start <= 40_000 and last.status == 206
+    assert last.body_sent == len(files[BIG]) - start
+
+
+def test_corrupt_body_is_fetched_again_then_fails_naming_the_file(site):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path(BIG), "corrupt", at=123_456)
+    fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
+    assert_clean(dest, BIG, files[BIG])
+    assert [s.status for s in srv.log_for(url_path(BIG))] == [200, 200]  # discarded, whole file again
+
+    name = SPLIT[1]
+    srv.add_fault(url_path(name), "corrupt", times=None, at=1000)
+    with pytest.raises(PrepError, match=rf"^{name} from http://.* has sha1 [0-9a-f]{{40}} instead of [0-9a-f]{{40}} "
+                                        r"\(tried 3 times; the file was discarded\)$"):
+        fetch_part(srv.url, WIKI, DATE, parts[name], dest, **FAST)
+    assert len(srv.log_for(url_path(name))) == 3
+    assert_clean(dest, name, None)
+    assert not (dest / f"{name}.part").exists()
+
+
+def test_html_page_with_200_is_never_accepted(site):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path(BIG), "html", times=1)
+    fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
+    assert_clean(dest, BIG, files[BIG])
+
+    name = SPLIT[1]
+    srv.add_fault(url_path(name), "html", times=None)
+    with pytest.raises(PrepError, match=rf"served an HTML page \(Content-Type text/html; charset=utf-8\) instead of {name}"):
+        fetch_part(srv.url, WIKI, DATE, parts[name], dest, **FAST)
+    assert_clean(dest, name, None)
+    assert not (dest / f"{name}.part").exists()
+
+
+def test_non_bz2_body_is_rejected_by_its_magic(site, tmp_path):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    name = SPLIT[1]
+    # Same size as announced, served as octet-stream, but not bz2 (e.g. a mirror's placeholder).
+    (tmp_path / "site" / WIKI / DATE / name).write_bytes(b"\0" * len(files[name]))
+    with pytest.raises(PrepError, match=rf"{name} does not start with the bz2 magic 'BZh'"):
+        fetch_part(srv.url, WIKI, DATE, parts[name], dest, **FAST)
+    assert_clean(dest, name, None)
+
+
+def test_wrong_size_on_the_server_is_rejected(site, tmp_path):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    name = SPLIT[1]
+    (tmp_path / "site" / WIKI / DATE / name).write_bytes(files[name][:-10])
+    with pytest.raises(PrepError, match=rf"serves {len(files[name]) - 10} bytes of {name}, dumpstatus.json says {len(files[name])}"):
+        fetch_part(srv.url, WIKI, DATE, parts[name], dest, **FAST)
+    assert_clean(dest, name, None)
+
+
+@pytest.mark.parametrize("code, retry_after, waits", [
+    (503, "1", 0.95),
+    (429, email.utils.formatdate(time.time() - 60, usegmt=True), 0),  # an HTTP date already past: no wait
+])
+def test_503_with_retry_after_is_retried(site, code, retry_after, waits):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path(BIG), "status", code=code, headers={"Retry-After": retry_after})
+    t0 = time.monotonic()
+    fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, backoff_base=3, max_wait=5, chunk_size=16 * 1024, progress_bar=False)
+    elapsed = time.monotonic() - t0
+    assert waits <= elapsed < 2.5, "Retry-After was not honoured (the back-off base would wait 3 s)"
+    assert [s.status for s in srv.log_for(url_path(BIG))] == [code, 200]
+    assert_clean(dest, BIG, files[BIG])
+
+
+def test_persistent_503_gives_up(site):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path(BIG), "status", times=None, code=503)
+    with pytest.raises(PrepError, match=rf"giving up on {BIG} from .* after 2 retries: HTTP 503"):
+        fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, retries=2, **FAST)
+    assert len(srv.log_for(url_path(BIG))) == 3
+    assert_clean(dest, BIG, None)
+
+
+def test_status_fetch_retries_503(site):
+    srv, files, dest = site
+    srv.add_fault(url_path("dumpstatus.json"), "status", code=503)
+    fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+    assert [s.status for s in srv.log_for(url_path("dumpstatus.json"))] == [503, 200]
+
+
+def test_sums_files_used_when_status_has_no_hashes(tmp_path):
+    root = tmp_path / "site"
+    files = make_dump(root, hashes_in_status=False, sums=("sha1",))
+    dest = tmp_path / "dl"
+    with DumpServer(root) as srv:
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+        assert not (dest / f"{P}md5sums.txt").exists()  # 404 on the server: optional
+        parts = list_parts(dest, WIKI, DATE)
+        assert [p.sha1 for p in parts] == [hashlib.sha1(files[n]).hexdigest() for n in SPLIT]
+        assert all(p.md5 is None for p in parts)
+        fetch_part(srv.url, WIKI, DATE, parts[1], dest, **FAST)
+        assert_clean(dest, SPLIT[1], files[SPLIT[1]])
+        # Wrong sums on the server would now fail the download: the fallback hash is really checked.
+        bad = Part(parts[2].name, parts[2].url, parts[2].size, "0" * 40, None)
+        with pytest.raises(PrepError, match=rf"{SPLIT[2]} from .* has sha1 [0-9a-f]{{40}} instead of 0{{40}}"):
+            fetch_part(srv.url, WIKI, DATE, bad, dest, verify_attempts=1, **FAST)
+        assert_clean(dest, SPLIT[2], None)
+
+
+def test_md5sums_only(tmp_path):
+    root = tmp_path / "site"
+    files = make_dump(root, hashes_in_status=False, sums=("md5",))
+    with DumpServer(root) as srv:
+        dest = tmp_path / "dl"
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+        part = list_parts(dest, WIKI, DATE)[0]
+        assert part.sha1 is None and part.md5 == hashlib.md5(files[BIG]).hexdigest()
+        receipt = fetch_part(srv.url, WIKI, DATE, part, dest, **FAST)
+        assert receipt["md5"] == part.md5 and "sha1" not in receipt
+        assert (dest / BIG).read_bytes() == files[BIG]
+
+
+def test_no_hashes_anywhere_fails(tmp_path):
+    root = tmp_path / "site"
+    make_dump(root, hashes_in_status=False, sums=())
+    with DumpServer(root) as srv:
+        dest = tmp_path / "dl"
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+        with pytest.raises(PrepError, match=rf"^no sha1 or md5 for {SPLIT[0]}: not in .*dumpstatus.json "
+                                            rf"nor in {P}sha1sums.txt / -md5sums.txt$"):
+            list_parts(dest, WIKI, DATE)
+        with pytest.raises(PrepError, match=rf"no sha1 or md5 for {BIG}"):
+            fetch_part(srv.url, WIKI, DATE, Part(BIG, "", 10, None, None), dest, **FAST)
+        assert_clean(dest, BIG, None)
+
+
+def test_job_in_progress_is_refused(tmp_path):
+    root = tmp_path / "site"
+    make_dump(root, status="in-progress")
+    with DumpServer(root) as srv:
+        dest = tmp_path / "dl"
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+        with pytest.raises(PrepError) as e:
+            list_parts(dest, WIKI, DATE)
+        assert str(e.value) == f"articlesdump is 'in-progress' in {WIKI} {DATE}: the dump is not finished; pick an earlier date"
+        with pytest.raises(PrepError, match="^articlesmultistreamdump is 'in-progress'"):
+            list_parts(dest, WIKI, DATE, multistream=True)
+
+
+def test_job_selection_recombined_and_multistream(tmp_path):
+    root = tmp_path / "site"
+    files = make_dump(root)
+    doc = json.loads((root / WIKI / DATE / "dumpstatus.json").read_text())
+    assert [p.name for p in list_parts(doc, WIKI, DATE, multistream=True)] == sorted(MULTI)
+    doc["jobs"]["articlesdump"]["files"] = {}  # a dump (or mirror) without split parts
+    (part,) = list_parts(doc, WIKI, DATE)
+    assert part == Part(RECOMBINED, f"{WIKI}/{DATE}/{RECOMBINED}", len(files[RECOMBINED]),
+                        hashlib.sha1(files[RECOMBINED]).hexdigest(), hashlib.md5(files[RECOMBINED]).hexdigest())
+    del doc["jobs"]["articlesdumprecombine"]
+    with pytest.raises(PrepError, match=f"no files for articlesdump or articlesdumprecombine in dumpstatus.json of {WIKI} {DATE}"):
+        list_parts(doc, WIKI, DATE)
+    doc["jobs"]["articlesdump"]["files"] = {"../../etc/passwd": {"size": 1, "sha1": "0" * 40}}
+    with pytest.raises(PrepError, match="lists '../../etc/passwd', not a file of"):
+        list_parts(doc, WIKI, DATE)
+
+
+def test_missing_dump_names_the_url(site):
+    srv, files, dest = site
+    with pytest.raises(PrepError) as e:
+        fetch_dump_status(srv.url, WIKI, "20200101", dest, **FAST_STATUS)
+    assert str(e.value) == f"no dump for {WIKI} 20200101 at {srv.url}/{WIKI}/20200101/dumpstatus.json: 404"
+    assert not (dest / "dumpstatus.json").exists()
+
+
+def test_html_instead_of_dumpstatus_is_refused(site):
+    srv, files, dest = site
+    srv.add_fault(url_path("dumpstatus.json"), "html")
+    with pytest.raises(PrepError, match=r"dumpstatus.json is not JSON .*not a dumps site\?"):
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+    assert not (dest / "dumpstatus.json").exists()
+
+
+def test_missing_part_404_names_the_file(site, tmp_path):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    (tmp_path / "site" / WIKI / DATE / SPLIT[2]).unlink()
+    with pytest.raises(PrepError) as e:
+        fetch_part(srv.url, WIKI, DATE, parts[SPLIT[2]], dest, **FAST)
+    assert str(e.value) == f"missing part {SPLIT[2]}: {srv.url}/{WIKI}/{DATE}/{SPLIT[2]}: 404"
+    assert_clean(dest, SPLIT[2], None)
+    assert not (dest / f"{SPLIT[2]}.part").exists() or (dest / f"{SPLIT[2]}.part").stat().st_size == 0
+
+
+def test_file_url_dump(tmp_path, capsys):
+    root = tmp_path / "site"
+    files = make_dump(root)
+    dest = tmp_path / "dl"
+    url = root.as_uri()
+    fetch_dump_status(url, WIKI, DATE, dest)
+    parts = list_parts(dest, WIKI, DATE)
+    for part in parts:
+        receipt = fetch_part(url, WIKI, DATE, part, dest, **FAST)
+        assert receipt["url"] == f"{url}/{WIKI}/{DATE}/{part.name}"
+        assert_clean(dest, part.name, files[part.name])
+    # Resume from a local .part works the same way (Range served by the file:// adapter).
+    dest2 = tmp_path / "dl2"
+    dest2.mkdir()
+    (dest2 / f"{BIG}.part").write_bytes(files[BIG][:30_000])
+    calls = []
+    fetch_part(url, WIKI, DATE, parts[0], dest2, **{**FAST, "progress_bar": True}, progress=lambda d, t: calls.append(d))
+    assert_clean(dest2, BIG, files[BIG])
+    assert calls[0] == 30_000 and calls[1] > 30_000 and calls[-1] == len(files[BIG])  # went on from the .part
+    assert BIG[:20] in capsys.readouterr().err  # the tqdm bar
+    # A corrupt local copy is caught by the same verification.
+    (root / WIKI / DATE / SPLIT[1]).write_bytes(files[SPLIT[1]][:-1] + b"x")
+    with pytest.raises(PrepError, match=rf"^{SPLIT[1]} from file://.* has sha1"):
+        fetch_part(url, WIKI, DATE, parts[1], tmp_path / "dl3", **FAST)
+    assert_clean(tmp_path / "dl3", SPLIT[1], None)
+    with pytest.raises(PrepError, match=rf"^no dump for {WIKI} 19990101 at file://.*: 404$"):
+        fetch_dump_status(url, WIKI, "19990101", tmp_path / "dl4")
+
+
+def test_final_file_without_receipt_is_verified_not_refetched(site):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    (dest / BIG).write_bytes(files[BIG])  # renamed into place, killed before the receipt
+    n = len(srv.log)
+    receipt = fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
+    assert len(srv.log) == n and receipt["sha1"] == parts[BIG].sha1
+    assert_clean(dest, BIG, files[BIG])
+    (dest / SPLIT[1]).write_bytes(b"half")  # a wrong file under the final name is replaced
+    fetch_part(srv.url, WIKI, DATE, parts[SPLIT[1]], dest, **FAST)
+    assert_clean(dest, SPLIT[1], files[SPLIT[1]])
+
+
+def test_user_agent_names_project_version_and_contact(site, monkeypatch):
+    srv, files, dest = site
+    monkeypatch.setenv("WIKIPREP_CONTACT", "data-team@example.org")
+    expected = f"wikiprep/{__version__} (+https://github.com/wikiprep/wikiprep; contact: data-team@example.org)"
+    assert default_user_agent() == expected
+    parts = _status_and_parts(srv, dest)
+    fetch_part(srv.url, WIKI, DATE, parts[SPLIT[1]], dest, **FAST)
+    assert {s.headers.get("User-Agent") for s in srv.log} == {expected}
+    assert default_user_agent("me@example.com").endswith("; contact: me@example.com)")
+    fetch_part(srv.url, WIKI, DATE, parts[SPLIT[2]], dest, user_agent="custom/1.0 (x@y)", **FAST)
+    assert srv.log[-1].headers["User-Agent"] == "custom/1.0 (x@y)"
+
+
+def test_committed_part_that_disagrees_with_dumpstatus_fails_loudly(site):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    fetch_part(srv.url, WIKI, DATE, parts[SPLIT[1]], dest, **FAST)
+    other = Part(SPLIT[1], parts[SPLIT[1]].url, parts[SPLIT[1]].size, "f" * 40, None)
+    with pytest.raises(PrepError, match=rf"{SPLIT[1]} is already downloaded but its sha1 differs from dumpstatus.json; "
+                                        rf"delete it and .*\.receipts/{SPLIT[1]}\.json to download it again"):
+        fetch_part(srv.url, WIKI, DATE, other, dest, **FAST)
+    assert_clean(dest, SPLIT[1], files[SPLIT[1]])  # left as it was
+
+
+def test_forbidden_user_agent_is_explained(site):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path(SPLIT[1]), "status", code=403)
+    with pytest.raises(PrepError, match=rf"403 Forbidden for {SPLIT[1]} \(a blocked User-Agent\? set WIKIPREP_CONTACT\)"):
+        fetch_part(srv.url, WIKI, DATE, parts[SPLIT[1]], dest, **FAST)
+    assert len(srv.log_for(url_path(SPLIT[1]))) == 1  # not retried
+    assert_clean(dest, SPLIT[1], None)
