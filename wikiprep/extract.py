@@ -1,0 +1,334 @@
+"""Stage: one bz2 dump part -> JSON lines of article text, through WikiExtractor in-process.
+
+`extract_part(part, out, dump_date)` streams one `pages-articles*.xml*.bz2` part: bz2 is
+decompressed in 256 KiB blocks and fed to an incremental XML parser; each finished <page> is
+handed to WikiExtractor 3.1.0's `Extractor.clean_text` and then forgotten, so memory is
+bounded by one read block and the largest page, never by the part. Output, in page order,
+is one JSON object per line, `{"id", "title", "url", "text"}`, for each ns-0 article that is
+not a redirect, a disambiguation page, empty, or shorter than `min_chars`. `text` is WikiExtractor's paragraphs joined by newlines, with
+section headings marked "## Heading." (its own `mark_headers` form) so `clean.py` can drop
+them exactly.
+
+Choices, and why:
+
+- Our own page reader instead of WikiExtractor's `collect_pages`: that one filters on a
+  module-global template namespace set as a side effect of `process_dump`, drops pages
+  without saying why (we report counts per reason), and reads lines with a regex. An
+  expat pull parser handles any layout of the XML and the encodings expat knows (UTF-8,
+  UTF-16; UTF-32 is refused by name), and tells a truncated part from a valid one.
+- Templates are expanded, but with no template definitions: magic words and parser
+  functions ({{CURRENTYEAR}}, {{#expr:...}}, {{#if:...}}) are evaluated, every other
+  template ({{Infobox ...}}, {{cite web}}, {{convert}}) becomes empty. Real expansion needs
+  every Template page of the whole dump collected before any part can start (they are
+  spread over all the parts), serialises the pipeline behind one pass over ~100 GB, and
+  is WikiExtractor's slow and recursion-prone path (#2, #114, #253); most enwiki templates
+  that would yield prose ({{convert}}, {{lang}}) are Lua modules that WikiExtractor
+  cannot run anyway. So each part is extracted on its own.
+- Clock magic words are pinned to the dump date. WikiExtractor's `clean_text` sets
+  currentyear/month/day/hour/time from `time.strftime` on every page, so its output
+  depends on the day it runs (and on the locale, for month names). We give each Extractor
+  a `PinnedMagicWords` whose clock entries are fixed to the dump date at 00:00 UTC and
+  ignore those writes. Nothing global is patched: replacing `time.strftime` (or the
+  `time` module) inside wikiextractor would leak into every other thread of a Luigi
+  worker for as long as the patch lives, and two parts with different dump dates
+  extracted on two threads would race on it.
+- `html_safe=False`: the output is JSON, not HTML, so WikiExtractor's final
+  `html.escape` would only add `&amp;`/`&lt;` for `clean.py` to undo.
+- Python 3.11: wikiextractor 3.1.0 no longer has the inline-flag regexes that raised
+  `re.error: global flags not at the start of the expression` (#336, PR #313); the tests
+  run it on 3.11 with warnings as errors.
+"""
+
+from __future__ import annotations
+
+import bz2
+import datetime as dt
+import json
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from wikiextractor import extract as wx
+
+from wikiprep.atomic import atomic_write
+from wikiprep.errors import PrepError
+
+READ_BLOCK = 1 << 18  # bytes of decompressed XML per parser feed
+
+DROP_REASONS = ("redirect", "other_namespace", "disambiguation", "empty", "too_short")
+
+# Disambiguation pages carry one of these templates (or a "(disambiguation)" title).
+# Matched on the raw wikitext, because the extracted text no longer shows the template.
+DISAMBIGUATION_RE = re.compile(
+    r"\{\{\s*(?:disambiguation|disambig|dab|hndis|geodis)\s*(?:\|[^{}]*)?\}\}", re.IGNORECASE)
+
+# WikiExtractor's own redirect test (#REDIRECT [[...]], and its localised keywords), for
+# old dumps whose redirect pages have no <redirect/> element.
+REDIRECT_RE = wx.redirectRE
+
+MONTH_NAMES = ["January", "February", "March", "April", "May", "June", "July", "August",
+               "September", "October", "November", "December"]
+DAY_NAMES = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+
+# Links are dropped, not kept as <a> tags (the WikiExtractor CLI default without --links).
+IGNORED_TAG_PATTERNS = list(wx._DEFAULT_IGNORED_TAG_PATTERNS) + [wx.ignoreTag("a")]
+
+
+def parse_dump_date(dump_date: str) -> dt.date:
+    try:
+        return dt.datetime.strptime(str(dump_date), "%Y%m%d").date()
+    except ValueError:
+        raise PrepError(f"dump date {dump_date!r} is not a date in YYYYMMDD form") from None
+
+
+def clock_magic_words(dump_date: str) -> dict[str, str]:
+    """MediaWiki's clock magic words as they would read at 00:00 UTC on the dump date.
+
+    Values follow MediaWiki (CURRENTDAY unpadded, CURRENTDAY2 padded, CURRENTTIME "HH:MM",
+    CURRENTDOW 0 = Sunday) and use English names, never the process locale.
+    """
+    day = parse_dump_date(dump_date)
+    values = {
+        "year": f"{day.year}",
+        "month": f"{day.month:02d}",
+        "month1": f"{day.month}",
+        "monthname": MONTH_NAMES[day.month - 1],
+        "monthnamegen": MONTH_NAMES[day.month - 1],
+        "monthabbrev": MONTH_NAMES[day.month - 1][:3],
+        "day": f"{day.day}",
+        "day2": f"{day.day:02d}",
+        "dayname": DAY_NAMES[day.weekday()],
+        "dow": f"{(day.weekday() + 1) % 7}",
+        "week": f"{day.isocalendar()[1]}",
+        "time": "00:00",
+        "hour": "00",
+        "timestamp": f"{day:%Y%m%d}000000",
+    }
+    return {prefix + key: value for prefix in ("current", "local") for key, value in values.items()}
+
+
+class PinnedMagicWords(wx.MagicWords):
+    """WikiExtractor's magic-word table with the clock words fixed and read-only."""
+
+    def __init__(self, pinned: dict[str, str]):
+        super().__init__()
+        self.values.update(pinned)
+        self._pinned = frozenset(pinned)
+
+    def __setitem__(self, name, value):
+        if name not in self._pinned:  # Extractor.clean_text writes time.strftime() here
+            self.values[name] = value
+
+
+def is_disambiguation(title: str, wikitext: str) -> bool:
+    return title.endswith("(disambiguation)") or DISAMBIGUATION_RE.search(wikitext) is not None
+
+
+# ----------------------------------------------------------------------------------------
+# Reading a part
+
+
+@dataclass
+class Page:
+    id: int
+    ns: int
+    title: str
+    revid: str
+    redirect: bool
+    text: str
+
+
+@dataclass
+class SiteInfo:
+    urlbase: str = ""
+    template_prefix: str = "Template:"
+    namespaces: frozenset = frozenset({"Template"})
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _check_encoding(first: bytes, name: str) -> None:
+    """Refuse what expat cannot read, naming it. UTF-8 and UTF-16 (with or without a
+    byte-order mark) expat recognises from the first bytes and decodes itself."""
+    if first.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff", b"<\x00\x00\x00", b"\x00\x00\x00<")):
+        raise PrepError(f"dump part {name} is UTF-32 encoded; only UTF-8 or UTF-16 dumps can be "
+                        "read, convert it to UTF-8")
+    if first.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"<\x00", b"\x00<")):
+        return
+    stripped = first.lstrip(b" \t\r\n")
+    if stripped and not stripped.startswith(b"<"):
+        raise PrepError(f"dump part {name} is not XML after decompression "
+                        f"(starts with {first[:16]!r})")
+
+
+class PartReader:
+    """Iterate the pages of one bz2 dump part, streaming; `siteinfo` is filled on the way."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.siteinfo = SiteInfo()
+        self.xml_bytes = 0
+
+    def __iter__(self) -> Iterator[Page]:
+        name = self.path.name
+        parser = ET.XMLPullParser(events=("start", "end"))
+        self._root = None
+        try:
+            raw = open(self.path, "rb")
+        except OSError as e:
+            raise PrepError(f"cannot open dump part {self.path}: {e.strerror}") from None
+        with raw, bz2.BZ2File(raw) as stream:
+            first = True
+            while True:
+                try:
+                    block = stream.read(READ_BLOCK)
+                except EOFError:
+                    raise PrepError(f"dump part {name} is truncated: the bz2 stream ends early "
+                                    f"after {self.xml_bytes} bytes of XML") from None
+                except OSError as e:
+                    raise PrepError(f"dump part {name} is not a valid bz2 file ({e})") from None
+                if first:
+                    _check_encoding(block, name)
+                    first = False
+                if not block:
+                    break
+                self.xml_bytes += len(block)
+                parser.feed(block)
+                yield from self._pages(parser)
+        if self.xml_bytes == 0:
+            raise PrepError(f"dump part {name} holds no XML")
+        try:
+            parser.close()
+        except ET.ParseError as e:
+            raise PrepError(f"dump part {name} ends inside the XML ({e}): truncated or damaged") from None
+        yield from self._pages(parser)
+
+    def _pages(self, parser: ET.XMLPullParser) -> Iterator[Page]:
+        try:
+            for event, elem in parser.read_events():
+                tag = _local(elem.tag)
+                if event == "start":
+                    if self._root is None:
+                        if tag != "mediawiki":
+                            raise PrepError(f"dump part {self.path.name} is not a MediaWiki XML "
+                                            f"export (root element <{tag}>)")
+                        self._root = elem
+                    continue
+                if tag == "siteinfo":
+                    self._read_siteinfo(elem)
+                elif tag == "page":
+                    page = self._read_page(elem)
+                    self._root.clear()  # forget finished pages: memory stays per-page
+                    yield page
+        except ET.ParseError as e:
+            raise PrepError(f"dump part {self.path.name} is not well-formed XML or not UTF-8/UTF-16 "
+                            f"text (expat: {e})") from None
+
+    def _read_siteinfo(self, elem: ET.Element) -> None:
+        info = SiteInfo(namespaces=frozenset())
+        names = {"Template"}
+        for child in elem.iter():
+            tag = _local(child.tag)
+            if tag == "base" and child.text:
+                info.urlbase = child.text[:child.text.rfind("/")]
+            elif tag == "namespace" and child.text:
+                names.add(child.text)
+                if child.get("key") == "10":
+                    info.template_prefix = child.text + ":"
+        info.namespaces = frozenset(names)
+        self.siteinfo = info
+
+    def _read_page(self, elem: ET.Element) -> Page:
+        fields = {_local(c.tag): c for c in elem}
+        try:
+            page_id = int(fields["id"].text)
+            ns = int(fields["ns"].text)
+        except (KeyError, TypeError, ValueError):
+            title = fields["title"].text if "title" in fields else "?"
+            raise PrepError(f"dump part {self.path.name}: page {title!r} has no valid <id> or <ns>") from None
+        revisions = [c for c in elem if _local(c.tag) == "revision"]
+        text, revid = "", ""
+        if revisions:  # the last revision is the current one (history dumps hold many)
+            rev = {_local(c.tag): c for c in revisions[-1]}
+            text = (rev["text"].text or "") if "text" in rev else ""
+            revid = (rev["id"].text or "") if "id" in rev else ""
+        title = (fields["title"].text or "") if "title" in fields else ""
+        return Page(id=page_id, ns=ns, title=title, revid=revid, redirect="redirect" in fields, text=text)
+
+
+# ----------------------------------------------------------------------------------------
+# Extraction
+
+
+def _dump_escape(text: str) -> str:
+    """The wikitext as it stands in the dump file, which is what WikiExtractor's steps expect
+    (it unescapes twice: once the XML, once the HTML entities the wikitext itself holds)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def extract_page(page: Page, siteinfo: SiteInfo, pinned: dict[str, str]) -> list[str]:
+    """WikiExtractor's paragraphs for one page (headings marked "## ...")."""
+    extractor = wx.Extractor(str(page.id), page.revid, siteinfo.urlbase, page.title, [],
+                             templates={}, redirects={}, templatePrefix=siteinfo.template_prefix,
+                             knownNamespaces=set(siteinfo.namespaces),
+                             ignored_tag_patterns=IGNORED_TAG_PATTERNS, keepLinks=False,
+                             keepSections=True)
+    extractor.magicWords = PinnedMagicWords(pinned)
+    return extractor.clean_text(_dump_escape(page.text), mark_headers=True,
+                                expand_templates=True, html_safe=False)
+
+
+def drop_reason(page: Page) -> str | None:
+    """Why a page is not an article, judged on its metadata and raw wikitext; None if it is one."""
+    if page.ns != 0:
+        return "other_namespace"
+    if page.redirect or REDIRECT_RE.match(page.text.lstrip()):
+        return "redirect"
+    if is_disambiguation(page.title, page.text):
+        return "disambiguation"
+    return None
+
+
+def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: int = 0) -> dict:
+    """Extract the articles of one bz2 dump part into JSON lines at `out_path` (atomic).
+
+    Returns counts: pages seen, articles written, pages dropped by reason, and the bytes of
+    XML read. Raises PrepError for a damaged part, a part that is not a MediaWiki export,
+    and a part from which no article survives.
+    """
+    part_path, out_path = Path(part_path), Path(out_path)
+    pinned = clock_magic_words(dump_date)
+    reader = PartReader(part_path)
+    dropped = dict.fromkeys(DROP_REASONS, 0)
+    pages = articles = 0
+    with atomic_write(out_path, "w") as out:
+        for page in reader:
+            pages += 1
+            reason = drop_reason(page)
+            if reason is None:
+                try:
+                    paragraphs = extract_page(page, reader.siteinfo, pinned)
+                except RecursionError:
+                    raise PrepError(f"dump part {part_path.name}: WikiExtractor recursed too deep "
+                                    f"on page {page.id} {page.title!r}") from None
+                body = sum(len(p) for p in paragraphs if not p.startswith("## ") and p.strip())
+                if body == 0:
+                    reason = "empty"
+                elif body < min_chars:
+                    reason = "too_short"
+            if reason is not None:
+                dropped[reason] += 1
+                continue
+            record = {"id": page.id, "title": page.title,
+                      "url": wx.get_url(reader.siteinfo.urlbase, page.id), "text": "\n".join(paragraphs)}
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            articles += 1
+        if articles == 0:
+            reasons = ", ".join(f"{k} {v}" for k, v in dropped.items() if v) or "none"
+            raise PrepError(f"dump part {part_path.name} yields no articles ({pages} pages; dropped: {reasons})")
+    return {"part": part_path.name, "pages": pages, "articles": articles, "dropped": dropped,
+            "xml_bytes": reader.xml_bytes}
