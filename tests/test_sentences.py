@@ -1,0 +1,94 @@
+"""Sentence shards: offline Punkt, hash mixing, the original generator's input format, streaming merge."""
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from wikiprep import sentences
+from wikiprep.errors import PrepError
+
+def write_extracted(path, docs):
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def extracted(tmp_path_factory):
+    """The embedded sample dump's first part, through the real extractor."""
+    from wikiprep import extract, samples
+
+    root = tmp_path_factory.mktemp("dump")
+    folder = samples.write_sample_dump(root)
+    part = sorted(folder.glob("*.bz2"))[0]
+    out = root / "part1.jsonl"
+    extract.extract_part(part, out, "20260101")
+    return out
+
+
+def test_shard_of_is_stable_and_spreads_documents():
+    assert sentences.shard_of(12345, 42, 8) == sentences.shard_of(12345, 42, 8)
+    counts = Counter(sentences.shard_of(7, i, 4) for i in range(4000))
+    assert set(counts) == {0, 1, 2, 3} and min(counts.values()) > 900
+    code = "from wikiprep.sentences import shard_of; print([shard_of(1, i, 16) for i in range(50)])"
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=str(s))).stdout for s in (1, 2)}
+    assert len(outs) == 1
+
+
+def test_punkt_trained_offline_learns_abbreviations(extracted, tmp_path):
+    model = tmp_path / "punkt.json"
+    stats = sentences.train_punkt([extracted], model, min_chars=200)
+    assert stats["trained_on_chars"] > 50000
+    learned = set(json.loads(model.read_text())["abbrev_types"])
+    assert {"dr", "e.g", "u.s", "st"} <= learned
+    splitter = sentences.load_punkt(model)
+    got = splitter.tokenize("In 1901, Dr. Smith rebuilt the mill near St. Wesanholm. The mill grew quickly. "
+                            "It employed many people, e.g. farmers and smiths.")
+    assert got == ["In 1901, Dr. Smith rebuilt the mill near St. Wesanholm.", "The mill grew quickly.",
+                   "It employed many people, e.g. farmers and smiths."]
+
+
+def test_split_and_merge_write_the_generator_input_format(extracted, tmp_path):
+    model = tmp_path / "punkt.json"
+    sentences.train_punkt([extracted], model, min_chars=200)
+    n_docs = sum(1 for _ in sentences.read_documents(extracted))
+    out = tmp_path / "split" / "part1"
+    stats = sentences.split_part(extracted, model, out, num_shards=3, seed=5, min_chars=200)
+    assert stats["documents"] + sum(stats["dropped"].values()) == n_docs and stats["documents"] >= 10
+    assert sorted(p.name for p in out.iterdir()) == [sentences.bucket_name(i) for i in range(3)]
+    assert sum(stats["documents_per_shard"]) == stats["documents"]
+    shard = tmp_path / "shard_00000.txt"
+    merged = sentences.merge_shard([out / sentences.bucket_name(0), out / sentences.bucket_name(0)], shard)
+    assert merged["documents"] == 2 * stats["documents_per_shard"][0]
+    text = shard.read_text(encoding="utf-8")
+    docs = text.split("\n\n")
+    assert docs[-1] == "" and all(d.strip() for d in docs[:-1])  # a blank line after every document
+    lines = docs[0].split("\n")
+    assert len(lines) > 20
+    assert all(line == " ".join(line.split()) and line[-1] in ".!?\"')" for line in lines), lines[:5]
+    # Same input, same seed: the same bytes; another seed: another assignment of documents to shards.
+    again = sentences.split_part(extracted, model, tmp_path / "again", num_shards=3, seed=5, min_chars=200)
+    assert again == stats and (tmp_path / "again" / "bucket_00001.txt").read_bytes() == \
+        (out / "bucket_00001.txt").read_bytes()
+    other = sentences.split_part(extracted, model, tmp_path / "other", num_shards=3, seed=6, min_chars=200)
+    assert other["documents_per_shard"] != stats["documents_per_shard"]
+
+
+def test_bad_inputs_name_the_file(tmp_path):
+    with pytest.raises(PrepError, match="missing.jsonl: extracted part not found"):
+        list(sentences.read_documents(tmp_path / "missing.jsonl"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "text": "ok"}\nnot json\n')
+    with pytest.raises(PrepError, match="bad.jsonl: line 2"):
+        list(sentences.read_documents(bad))
+    empty = write_extracted(tmp_path / "empty.jsonl", [{"id": 1, "title": "x", "text": "short"}])
+    with pytest.raises(PrepError, match="no article text"):
+        sentences.train_punkt([empty], tmp_path / "p.json", min_chars=100)
+    notmodel = tmp_path / "notmodel.json"
+    notmodel.write_text("[]")
+    with pytest.raises(PrepError, match="notmodel.json: not a wikiprep Punkt model"):
+        sentences.load_punkt(notmodel)

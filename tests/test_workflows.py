@@ -1,0 +1,127 @@
+"""The Luigi layer end to end on the embedded samples, through the `luigi` command line as users run it."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from workflows import DEMO_DATE, DEMO_WIKI
+
+REPO = Path(__file__).resolve().parents[1]
+LUIGI = str(Path(sys.executable).with_name("luigi"))
+
+
+def run_luigi(*args, cwd=REPO, timeout=900):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("LUIGI_CONFIG_PATH", None)
+    return subprocess.run([LUIGI, "--module", "workflows", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    r = run_luigi("Demo", "--out-dir", str(out), "--steps", "150", "--local-scheduler", "--workers", "2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out
+
+
+def pretrain_args(demo_dir, data_dir, workers):
+    return ["Pretrain128", "--data-dir", str(data_dir), "--dump-url", (demo_dir / "dumps-site").as_uri(),
+            "--wiki", DEMO_WIKI, "--dump-date", DEMO_DATE, "--num-shards", "4", "--vocab-size", "8000",
+            "--local-scheduler", "--workers", str(workers)]
+
+
+def test_demo_builds_every_output(demo):
+    summary = json.loads((demo / "summary.json").read_text())
+    dataset = Path(summary["bert_dataset"])
+    assert dataset == demo / "data" / f"{DEMO_WIKI}-{DEMO_DATE}" / "seq128_mask20_dup5"
+    downloads = demo / "data" / "downloads" / DEMO_WIKI / DEMO_DATE
+    assert len(list(downloads.glob("*.bz2"))) == 2
+    shards = sorted(dataset.glob("wiki_*.tfrecord"))
+    assert [p.name for p in shards] == [f"wiki_{i:05d}.tfrecord" for i in range(4)]
+    assert all(p.with_suffix(".index").is_file() for p in shards)
+    stats = json.loads((dataset / "stats.json").read_text())
+    assert stats["total"]["instances"] >= 2000, stats["total"]
+    assert stats["dropped_documents"], "redirect/namespace/disambiguation pages should be reported as dropped"
+
+    schema = {"input_ids": tf.io.FixedLenFeature([128], tf.int64),
+              "input_mask": tf.io.FixedLenFeature([128], tf.int64),
+              "segment_ids": tf.io.FixedLenFeature([128], tf.int64),
+              "masked_lm_positions": tf.io.FixedLenFeature([20], tf.int64),
+              "masked_lm_ids": tf.io.FixedLenFeature([20], tf.int64),
+              "masked_lm_weights": tf.io.FixedLenFeature([20], tf.float32),
+              "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
+    n = 0
+    for raw in tf.data.TFRecordDataset([str(p) for p in shards]):
+        ex = tf.io.parse_single_example(raw, schema)
+        n += 1
+    assert n == stats["total"]["instances"]
+    manifest = json.loads((dataset / "MANIFEST.json").read_text())
+    assert sum(f.get("records", 0) for f in manifest["files"]) == n
+
+    for tool, folder in (("wikiprep", dataset), ("imagenet-prep", Path(summary["imagenet_dataset"]))):
+        r = subprocess.run([str(Path(sys.executable).with_name(tool)), "verify", str(folder)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    for name in ("train_bert", "train_imagenet"):
+        t = summary[name]
+        rows = (Path(t["out_dir"]) / "metrics.csv").read_text().splitlines()
+        assert rows[0].split(",")[:2] == ["step", "loss"] and len(rows) == 151
+        assert (Path(t["out_dir"]) / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert t["last_loss"] < t["first_loss"], t
+
+    r = subprocess.run([sys.executable, "-m", "workflows", "summary", str(demo)], capture_output=True, text=True)
+    assert r.returncode == 0 and "metrics.csv" in r.stdout and str(dataset) in r.stdout
+
+
+def test_same_bytes_whatever_the_worker_count(demo, tmp_path):
+    r = run_luigi(*pretrain_args(demo, tmp_path / "data", workers=1))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rel = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / "seq128_mask20_dup5"
+    assert (tmp_path / "data" / rel / "MANIFEST.json").read_bytes() == \
+        (demo / "data" / rel / "MANIFEST.json").read_bytes()
+
+
+def test_rerun_after_losing_outputs_gives_identical_files(demo, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(demo / "data", data)
+    dataset = data / f"{DEMO_WIKI}-{DEMO_DATE}" / "seq128_mask20_dup5"
+    before = (dataset / "MANIFEST.json").read_bytes()
+    # A killed run: one shard's file half-written without a receipt, the manifest gone, a temp file left.
+    shard = dataset / "wiki_00002.tfrecord"
+    shard.write_bytes(shard.read_bytes()[:1000])
+    (dataset / ".receipts" / "wiki_00002.tfrecord.json").unlink()
+    (dataset / ".receipts" / "MANIFEST.json.json").unlink()
+    (dataset / "MANIFEST.json").unlink()
+    (dataset / "wiki_00002.tfrecord.tmp-host-1").write_bytes(b"junk")
+    r = run_luigi(*pretrain_args(demo, data, workers=2))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "PretrainShard" in r.stderr + r.stdout  # the lost shard ran again; the rest were complete
+    assert (dataset / "MANIFEST.json").read_bytes() == before
+    assert not list(dataset.glob("*.tmp-*"))
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"--dump-date": "latest"}, "--dump-date 'latest'"),
+    ({"--dump-date": "20250101"}, "20250101"),
+    ({"--vocab-file": "/nonexistent/vocab.txt"}, "/nonexistent/vocab.txt"),
+])
+def test_bad_parameters_give_one_clear_line(demo, tmp_path, change, expected):
+    args = pretrain_args(demo, tmp_path / "data", workers=1)
+    for flag, value in change.items():
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    r = run_luigi(*args)
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
+    assert lines and expected in lines[0], r.stderr[-3000:]
+    assert "Traceback" not in r.stderr

@@ -1,0 +1,162 @@
+"""From extracted articles to sentence shards: cleaning, Punkt sentence splitting, global mixing.
+
+Offline by construction: the Punkt model is trained, unsupervised, on the corpus itself
+(`train_punkt`) and committed as a pipeline output in JSON, so nothing calls
+`nltk.download` and nothing depends on which nltk data a machine happens to have.
+
+Every document goes to shard `hash(seed, page id) mod N` (`shard_of`), so each shard is a
+uniform random sample of the whole dump while every step streams: `split_part` turns one
+extracted part into N bucket files, `merge_shard` concatenates bucket i of every part, in
+part order, into shard i. The output is the original BERT generator's input format: one
+sentence per line, a blank line between documents.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTrainer
+
+from .atomic import atomic_dir, atomic_write, write_json
+from .clean import clean_document
+from .errors import PrepError
+
+
+def shard_of(seed: int, page_id: int, num_shards: int) -> int:
+    """The shard of a page: stable across runs, machines and Python hash seeds."""
+    digest = hashlib.sha256(f"{seed}:{page_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % num_shards
+
+
+def read_documents(extracted_path: str | Path) -> Iterator[dict]:
+    """Stream the documents of one extracted part (JSON lines with id, title, text)."""
+    path = Path(extracted_path)
+    try:
+        f = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise PrepError(f"{path}: extracted part not found") from None
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+                doc["id"] = int(doc["id"])
+                doc["text"]
+            except (ValueError, KeyError, TypeError):
+                raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") from None
+            yield doc
+
+
+def train_punkt(extracted_paths: list[str | Path], out_path: str | Path, *, min_chars: int = 0,
+                max_chars: int = 20_000_000) -> dict:
+    """Train Punkt on cleaned text spread evenly over the parts; commit its parameters as JSON."""
+    trainer = PunktTrainer()
+    budget = max_chars // max(1, len(extracted_paths))
+    total = 0
+    for path in extracted_paths:
+        taken, chunk = 0, []
+        for doc in read_documents(path):
+            paragraphs, _ = clean_document(doc, min_chars=min_chars)
+            if not paragraphs:
+                continue
+            text = "\n".join(paragraphs)
+            chunk.append(text)
+            taken += len(text)
+            if taken >= budget:
+                break
+        if chunk:
+            trainer.train("\n\n".join(chunk), finalize=False)
+            total += taken
+    if not total:
+        raise PrepError("sentence model: no article text to train Punkt on in " + ", ".join(map(str, extracted_paths)))
+    trainer.finalize_training()
+    params = trainer.get_params()
+    model = {
+        "format": "wikiprep-punkt-1",
+        "abbrev_types": sorted(params.abbrev_types),
+        "collocations": sorted([list(c) for c in params.collocations]),
+        "sent_starters": sorted(params.sent_starters),
+        "ortho_context": sorted([k, v] for k, v in params.ortho_context.items()),
+        "trained_on_chars": total,
+    }
+    write_json(out_path, model)
+    return {"abbreviations": len(model["abbrev_types"]), "trained_on_chars": total}
+
+
+def load_punkt(path: str | Path) -> PunktSentenceTokenizer:
+    path = Path(path)
+    try:
+        model = json.loads(path.read_text(encoding="utf-8"))
+        params = PunktParameters()
+        params.abbrev_types = set(model["abbrev_types"])
+        params.collocations = {tuple(c) for c in model["collocations"]}
+        params.sent_starters = set(model["sent_starters"])
+        for k, v in model["ortho_context"]:
+            params.ortho_context[k] = v
+    except FileNotFoundError:
+        raise PrepError(f"{path}: sentence model not found") from None
+    except (ValueError, KeyError, TypeError):
+        raise PrepError(f"{path}: not a wikiprep Punkt model") from None
+    return PunktSentenceTokenizer(params)
+
+
+def document_sentences(paragraphs: list[str], splitter: PunktSentenceTokenizer) -> list[str]:
+    out = []
+    for paragraph in paragraphs:
+        for sentence in splitter.tokenize(paragraph):
+            sentence = " ".join(sentence.split())
+            if sentence:
+                out.append(sentence)
+    return out
+
+
+def bucket_name(shard: int) -> str:
+    return f"bucket_{shard:05d}.txt"
+
+
+def split_part(extracted_path: str | Path, punkt_path: str | Path, out_dir: str | Path, *, num_shards: int,
+               seed: int, min_chars: int = 0) -> dict:
+    """Clean and sentence-split one extracted part into `num_shards` bucket files, committed as one folder."""
+    splitter = load_punkt(punkt_path)
+    dropped: Counter = Counter()
+    documents = sentences = 0
+    per_shard = [0] * num_shards
+    with atomic_dir(out_dir) as tmp:
+        files = [open(tmp / bucket_name(i), "w", encoding="utf-8", newline="\n") for i in range(num_shards)]
+        try:
+            for doc in read_documents(extracted_path):
+                paragraphs, reason = clean_document(doc, min_chars=min_chars)
+                lines = document_sentences(paragraphs, splitter) if paragraphs else []
+                if not lines:
+                    dropped[reason or "no_sentences"] += 1
+                    continue
+                shard = shard_of(seed, doc["id"], num_shards)
+                files[shard].write("\n".join(lines) + "\n\n")
+                documents += 1
+                sentences += len(lines)
+                per_shard[shard] += 1
+        finally:
+            for f in files:
+                f.close()
+    return {"documents": documents, "sentences": sentences, "dropped": dict(sorted(dropped.items())),
+            "documents_per_shard": per_shard}
+
+
+def merge_shard(bucket_paths: list[str | Path], out_path: str | Path) -> dict:
+    """Concatenate one bucket of every part, in the given (part) order, into a sentence shard."""
+    documents = sentences = 0
+    with atomic_write(out_path, "wb") as out:
+        for path in bucket_paths:
+            with open(path, "rb") as f:
+                for line in f:
+                    out.write(line)
+                    if line == b"\n":
+                        documents += 1
+                    else:
+                        sentences += 1
+    return {"documents": documents, "sentences": sentences}

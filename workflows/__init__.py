@@ -1,0 +1,607 @@
+"""Luigi tasks: one per stage, parameters in, one library call, an atomic output with a receipt.
+
+    luigi --module workflows Pretrain128 --data-dir DATA --dump-url URL --wiki enwiki --dump-date 20260101
+    luigi --module workflows ImageNet --train-dir ... --validation-dir ... --val-labels ... --output-dir OUT
+    luigi --module workflows Demo --out-dir demo
+
+The files are the state: a task is complete when its receipt exists, so running the same
+command again after a kill finishes the work and gives identical bytes. All logic lives in
+`wikiprep` and `imagenet_prep`; this module only wires stages together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+from pathlib import Path
+
+import luigi
+
+from wikiprep import download, extract, sentences, vocab
+from wikiprep.atomic import (atomic_dir, read_dir_receipt, read_receipt, receipt_path, remove_stale_temps, write_bytes,
+                             write_dir_receipt, write_json, write_receipt)
+from wikiprep.errors import PrepError
+
+logger = logging.getLogger("luigi-interface")
+
+
+# ---------------------------------------------------------------------------------------------
+# One clear line for bad input. Luigi logs a traceback for every failing task; for a PrepError
+# (bad input the user must fix) the traceback only hides the message, so it is cut to one line.
+
+class _OneLineErrors(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], PrepError):
+            record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
+            record.args = ()
+            record.exc_info = None
+        elif "wikiprep.errors.PrepError: " in str(record.msg):
+            text = record.getMessage()
+            first = text.split("\n", 1)[0]
+            reason = text.rsplit("wikiprep.errors.PrepError: ", 1)[1].strip()
+            record.msg, record.args = f"{first} {reason}", ()
+        return True
+
+
+logger.addFilter(_OneLineErrors())
+
+
+def _report(task, exception) -> None:
+    if isinstance(exception, PrepError):
+        print(f"wikiprep: error: {exception}", file=sys.stderr, flush=True)
+
+
+luigi.Task.event_handler(luigi.Event.FAILURE)(_report)
+luigi.Task.event_handler(luigi.Event.BROKEN_TASK)(_report)
+
+
+class ReceiptTarget(luigi.Target):
+    """Complete when `path` (a file or a folder) has a receipt that still matches it."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def exists(self) -> bool:
+        if self.path.is_dir():
+            return read_dir_receipt(self.path) is not None
+        return read_receipt(self.path) is not None
+
+    def receipt(self) -> dict:
+        with open(receipt_path(self.path), encoding="utf-8") as f:
+            return json.load(f)
+
+
+class PrepTask(luigi.Task):
+    """Base of every task: failures carry the PrepError's one line to the scheduler and luigid."""
+
+    def on_failure(self, exception):
+        if isinstance(exception, PrepError):
+            return str(exception)
+        return super().on_failure(exception)
+
+
+def derive_seed(seed: int, *parts) -> int:
+    """A per-shard seed from the global seed: independent of worker count and task order."""
+    digest = hashlib.sha256(":".join(str(p) for p in (seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Download
+
+class DumpTask(PrepTask):
+    data_dir = luigi.Parameter(description="root of all outputs")
+    dump_url = luigi.Parameter(default="https://dumps.wikimedia.org",
+                               description="base of a dumps-site layout (http://, https:// or file://)")
+    wiki = luigi.Parameter(default="enwiki")
+    dump_date = luigi.Parameter(description="a dated dump, YYYYMMDD (never 'latest')")
+    multistream = luigi.BoolParameter(default=False, description="take the multistream variant of the dump")
+
+    @property
+    def dump_params(self) -> dict:
+        return dict(data_dir=self.data_dir, dump_url=self.dump_url, wiki=self.wiki, dump_date=self.dump_date,
+                    multistream=self.multistream)
+
+    @property
+    def download_dir(self) -> Path:
+        return Path(self.data_dir) / "downloads" / self.wiki / self.dump_date
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.data_dir) / f"{self.wiki}-{self.dump_date}"
+
+    def parts(self) -> list:
+        """The dump's part files, from the committed copy of dumpstatus.json (fetched once, at scheduling)."""
+        if not (len(self.dump_date) == 8 and self.dump_date.isdigit()):
+            raise PrepError(f"--dump-date {self.dump_date!r}: give the date of a dump as YYYYMMDD (never 'latest')")
+        if not (self.download_dir / "dumpstatus.json").exists():
+            download.fetch_dump_status(self.dump_url, self.wiki, self.dump_date, self.download_dir)
+        return download.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
+
+    def part_names(self) -> list[str]:
+        return [p.name for p in self.parts()]
+
+
+class DownloadPart(DumpTask):
+    """One part file of the dump, verified against its checksum. At most 2 at once per dumps host."""
+
+    part = luigi.Parameter()
+    resources = {"wikimedia_http": 1}
+
+    def output(self):
+        return ReceiptTarget(self.download_dir / self.part)
+
+    def run(self):
+        by_name = {p.name: p for p in self.parts()}
+        if self.part not in by_name:
+            raise PrepError(f"--part {self.part}: not a file of {self.wiki} {self.dump_date}")
+
+        def progress(done: int, total: int) -> None:
+            if total:
+                self.set_progress_percentage(round(100 * done / total, 1))
+            self.set_status_message(f"{self.part}: {done / 1e6:.1f} of {total / 1e6:.1f} MB")
+
+        download.fetch_part(self.dump_url, self.wiki, self.dump_date, by_name[self.part], self.download_dir,
+                            progress=progress)
+
+
+class DownloadDump(DumpTask):
+    """Every part of a dated dump under DATA/downloads/{wiki}/{date}/."""
+
+    def requires(self):
+        return [DownloadPart(part=name, **self.dump_params) for name in self.part_names()]
+
+    def output(self):
+        return self.input()
+
+    def complete(self):
+        return all(t.complete() for t in self.requires())
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction and sentences
+
+def _stem(part_name: str) -> str:
+    return part_name[:-4] if part_name.endswith(".bz2") else part_name
+
+
+class ExtractPart(DumpTask):
+    """WikiExtractor over one dump part: articles as JSON lines, clock magic words pinned to the dump date."""
+
+    part = luigi.Parameter()
+
+    def requires(self):
+        return DownloadPart(part=self.part, **self.dump_params)
+
+    def output(self):
+        return ReceiptTarget(self.work_dir / "extracted" / (_stem(self.part) + ".jsonl"))
+
+    def run(self):
+        out = self.output().path
+        remove_stale_temps(out.parent)
+        stats = extract.extract_part(self.input().path, out, self.dump_date)
+        write_receipt(out, stats=stats)
+
+
+class SentenceParams(DumpTask):
+    num_shards = luigi.IntParameter(default=256, description="number of output shards")
+    seed = luigi.IntParameter(default=12345, description="global seed: shard mixing and instance generation")
+    min_doc_chars = luigi.IntParameter(default=200, description="drop cleaned documents shorter than this")
+
+    @property
+    def sentence_params(self) -> dict:
+        return dict(self.dump_params, num_shards=self.num_shards, seed=self.seed, min_doc_chars=self.min_doc_chars)
+
+    @property
+    def split_name(self) -> str:
+        return f"n{self.num_shards}_seed{self.seed}_min{self.min_doc_chars}"
+
+
+class TrainPunkt(DumpTask):
+    """The Punkt sentence model, trained unsupervised on the dump itself (offline; no nltk.download)."""
+
+    min_doc_chars = luigi.IntParameter(default=200)
+
+    def requires(self):
+        return [ExtractPart(part=name, **self.dump_params) for name in self.part_names()]
+
+    def output(self):
+        return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
+
+    def run(self):
+        stats = sentences.train_punkt([t.path for t in self.input()], self.output().path,
+                                      min_chars=self.min_doc_chars)
+        write_receipt(self.output().path, stats=stats)
+
+
+class SplitPart(SentenceParams):
+    """One extracted part cleaned, split into sentences and spread over the shards by hash(seed, page id)."""
+
+    part = luigi.Parameter()
+
+    def requires(self):
+        return {"part": ExtractPart(part=self.part, **self.dump_params),
+                "punkt": TrainPunkt(min_doc_chars=self.min_doc_chars, **self.dump_params)}
+
+    def output(self):
+        return ReceiptTarget(self.work_dir / "split" / self.split_name / _stem(self.part))
+
+    def run(self):
+        if self.num_shards < 1:
+            raise PrepError(f"--num-shards {self.num_shards}: must be at least 1")
+        stats = sentences.split_part(self.input()["part"].path, self.input()["punkt"].path, self.output().path,
+                                     num_shards=self.num_shards, seed=self.seed, min_chars=self.min_doc_chars)
+        write_dir_receipt(self.output().path, stats=stats)
+
+
+class SentenceShards(SentenceParams):
+    """All sentence shards: shard i is bucket i of every part, in part order."""
+
+    def requires(self):
+        return [SplitPart(part=name, **self.sentence_params) for name in self.part_names()]
+
+    def output(self):
+        return ReceiptTarget(self.work_dir / "sentences" / self.split_name)
+
+    def run(self):
+        splits = [t.path for t in self.input()]
+        # Documents dropped at extraction (redirects, other namespaces...) and at cleaning, by reason.
+        dropped: dict[str, int] = {}
+        receipts = [t.receipt()["stats"]["dropped"] for t in self.input()]
+        receipts += [ExtractPart(part=name, **self.dump_params).output().receipt()["stats"]["dropped"]
+                     for name in self.part_names()]
+        for stats in receipts:
+            for reason, n in stats.items():
+                dropped[reason] = dropped.get(reason, 0) + n
+        out = self.output().path
+        shard_stats = []
+        with atomic_dir(out) as tmp:
+            for i in range(self.num_shards):
+                shard_stats.append(sentences.merge_shard([s / sentences.bucket_name(i) for s in splits],
+                                                         tmp / f"shard_{i:05d}.txt"))
+        documents = sum(s["documents"] for s in shard_stats)
+        if documents == 0:
+            raise PrepError(f"{self.wiki} {self.dump_date}: no article survived extraction and cleaning "
+                            f"(dropped: {dropped or 'none'})")
+        write_dir_receipt(out, stats={"shards": shard_stats, "dropped": dict(sorted(dropped.items()))})
+
+
+class TrainVocab(SentenceParams):
+    """A WordPiece vocabulary trained (deterministically) on the sentence shards."""
+
+    vocab_size = luigi.IntParameter(default=30522)
+    do_lower_case = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+
+    def requires(self):
+        return SentenceShards(**self.sentence_params)
+
+    def output(self):
+        case = "uncased" if self.do_lower_case else "cased"
+        return ReceiptTarget(self.work_dir / "vocab" / f"{self.split_name}_{case}_{self.vocab_size}.txt")
+
+    def run(self):
+        shards = sorted(self.input().path.glob("shard_*.txt"))
+        stats = vocab.build_vocab(shards, self.output().path, vocab_size=self.vocab_size,
+                                  lowercase=self.do_lower_case)
+        write_receipt(self.output().path, stats=stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-training instances
+
+class PretrainParams(SentenceParams):
+    vocab_file = luigi.OptionalParameter(default=None, description="BERT vocab.txt; trained on the corpus when absent")
+    vocab_size = luigi.IntParameter(default=30522, description="size of the trained vocabulary")
+    do_lower_case = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+    max_seq_length = luigi.IntParameter(default=128)
+    max_predictions_per_seq = luigi.IntParameter(default=20)
+    dupe_factor = luigi.IntParameter(default=5)
+    masked_lm_prob = luigi.FloatParameter(default=0.15)
+    short_seq_prob = luigi.FloatParameter(default=0.1)
+    do_whole_word_mask = luigi.BoolParameter(default=False)
+    fixed_mask_count = luigi.BoolParameter(default=False,
+                                           description="Graphcore's fixed count: a full sequence gets exactly "
+                                                       "max_predictions_per_seq masks")
+
+    @property
+    def pretrain_params(self) -> dict:
+        return dict(self.sentence_params, vocab_file=self.vocab_file, vocab_size=self.vocab_size,
+                    do_lower_case=self.do_lower_case, max_seq_length=self.max_seq_length,
+                    max_predictions_per_seq=self.max_predictions_per_seq, dupe_factor=self.dupe_factor,
+                    masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
+                    do_whole_word_mask=self.do_whole_word_mask, fixed_mask_count=self.fixed_mask_count)
+
+    @property
+    def dataset_dir(self) -> Path:
+        return self.work_dir / f"seq{self.max_seq_length}_mask{self.max_predictions_per_seq}_dup{self.dupe_factor}"
+
+    def vocab_task(self):
+        return None if self.vocab_file else TrainVocab(vocab_size=self.vocab_size, do_lower_case=self.do_lower_case,
+                                                       **self.sentence_params)
+
+    def vocab_path(self) -> Path:
+        return Path(self.vocab_file) if self.vocab_file else self.vocab_task().output().path
+
+    def dataset_description(self) -> dict:
+        """What defines the dataset's content; a folder made with other values is never mixed with this one."""
+        desc = {k: v for k, v in self.pretrain_params.items() if k not in ("data_dir", "vocab_file", "dump_url")}
+        desc["vocab_sha256"] = hashlib.sha256(self.vocab_path().read_bytes()).hexdigest()
+        return desc
+
+
+class PretrainShard(PretrainParams):
+    """Instances of one sentence shard, seeded by derive_seed(seed, shard): wiki_{i:05d}.tfrecord + .index."""
+
+    shard = luigi.IntParameter()
+
+    def requires(self):
+        deps = {"sentences": SentenceShards(**self.sentence_params)}
+        if self.vocab_task() is not None:
+            deps["vocab"] = self.vocab_task()
+        return deps
+
+    def output(self):
+        return ReceiptTarget(self.dataset_dir / f"wiki_{self.shard:05d}.tfrecord")
+
+    def run(self):
+        from wikiprep import instances
+
+        vocab.check_vocab_file(self.vocab_path())
+        out = self.output().path
+        _claim_dataset_dir(self.dataset_dir, self.dataset_description())
+        remove_stale_temps(out.parent)
+        shard_seed = derive_seed(self.seed, "instances", self.shard)
+        stats = instances.create_pretraining_file(
+            [str(self.input()["sentences"].path / f"shard_{self.shard:05d}.txt")], str(self.vocab_path()),
+            str(out), str(out.with_suffix(".index")), do_lower_case=self.do_lower_case,
+            do_whole_word_mask=self.do_whole_word_mask, max_seq_length=self.max_seq_length,
+            max_predictions_per_seq=self.max_predictions_per_seq, random_seed=shard_seed,
+            dupe_factor=self.dupe_factor, masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
+            fixed_mask_count=self.fixed_mask_count)
+        write_receipt(out, seed=shard_seed, stats=stats)
+
+
+def _claim_dataset_dir(folder: Path, description: dict) -> None:
+    """Write dataset.json on first use; refuse a folder that holds a dataset made with other parameters."""
+    path = folder / "dataset.json"
+    if path.exists():
+        existing = json.loads(path.read_text(encoding="utf-8"))
+        diff = sorted(k for k in set(existing) | set(description) if existing.get(k) != description.get(k))
+        if diff:
+            raise PrepError(f"{folder}: holds a dataset made with other parameters ({', '.join(diff)}); "
+                            f"use another --data-dir or remove it")
+        return
+    write_json(path, description)
+
+
+class PretrainDataset(PretrainParams):
+    """Every shard, then vocab.txt, stats.json and MANIFEST.json: the dataset is complete when MANIFEST.json is."""
+
+    def requires(self):
+        return [PretrainShard(shard=i, **self.pretrain_params) for i in range(self.num_shards)]
+
+    def output(self):
+        return ReceiptTarget(self.dataset_dir / "MANIFEST.json")
+
+    def run(self):
+        from wikiprep.manifest import write_manifest
+
+        folder = self.dataset_dir
+        _claim_dataset_dir(folder, self.dataset_description())
+        write_bytes(folder / "vocab.txt", self.vocab_path().read_bytes())
+        sentence_receipt = SentenceShards(**self.sentence_params).output().receipt()["stats"]
+        shards, totals = [], {}
+        for i, t in enumerate(self.input()):
+            st = t.receipt()["stats"]
+            shards.append({"shard": i, "file": t.path.name, "sentence_documents":
+                           sentence_receipt["shards"][i]["documents"], **st})
+            for k, v in st.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    totals[k] = totals.get(k, 0) + v
+        if totals.get("instances", 0) == 0:
+            raise PrepError(f"{folder}: the corpus gave no instances; is the dump empty or --min-doc-chars too high?")
+        write_json(folder / "stats.json", {"total": totals, "shards": shards,
+                                           "dropped_documents": sentence_receipt["dropped"]})
+        counts = {t.path.name: t.receipt()["stats"]["instances"] for t in self.input()}
+        write_manifest(folder, counts, extra={"dataset": self.dataset_description()})
+        write_receipt(self.output().path)
+
+
+class Pretrain128(PretrainDataset):
+    max_seq_length = luigi.IntParameter(default=128)
+    max_predictions_per_seq = luigi.IntParameter(default=20)
+
+
+class Pretrain384(PretrainDataset):
+    max_seq_length = luigi.IntParameter(default=384)
+    max_predictions_per_seq = luigi.IntParameter(default=56)
+
+
+class Pretrain512(PretrainDataset):
+    max_seq_length = luigi.IntParameter(default=512)
+    max_predictions_per_seq = luigi.IntParameter(default=76)
+
+
+# ---------------------------------------------------------------------------------------------
+# ImageNet
+
+class ImageNetParams(PrepTask):
+    train_dir = luigi.Parameter(description="train/<wnid>/*.JPEG")
+    validation_dir = luigi.Parameter(description="flat validation images, or <wnid>/ folders")
+    val_labels = luigi.OptionalParameter(default=None, description="TF labels .txt, Kaggle LOC_val_solution.csv "
+                                                                    "or devkit ground truth; omit for <wnid>/ folders")
+    output_dir = luigi.Parameter()
+    synsets_file = luigi.OptionalParameter(default=None)
+    metadata_file = luigi.OptionalParameter(default=None)
+    bbox_dir = luigi.OptionalParameter(default=None)
+    train_shards = luigi.IntParameter(default=1024)
+    validation_shards = luigi.IntParameter(default=128)
+    seed = luigi.IntParameter(default=12345)
+
+    @property
+    def imagenet_params(self) -> dict:
+        return dict(train_dir=self.train_dir, validation_dir=self.validation_dir, val_labels=self.val_labels,
+                    output_dir=self.output_dir, synsets_file=self.synsets_file, metadata_file=self.metadata_file,
+                    bbox_dir=self.bbox_dir, train_shards=self.train_shards,
+                    validation_shards=self.validation_shards, seed=self.seed)
+
+
+class ImageNetPlan(ImageNetParams):
+    """Which image goes to which shard: sorted inputs, labels by sorted synset, a seeded shuffle."""
+
+    def output(self):
+        return ReceiptTarget(Path(self.output_dir) / "plan.json")
+
+    def run(self):
+        from imagenet_prep import convert
+
+        plan = convert.make_plan(self.train_dir, self.validation_dir, self.val_labels,
+                                 synsets_file=self.synsets_file, metadata_file=self.metadata_file,
+                                 bbox_dir=self.bbox_dir, train_shards=self.train_shards,
+                                 validation_shards=self.validation_shards, seed=self.seed)
+        convert.write_plan(plan, self.output().path)
+        write_receipt(self.output().path)
+
+
+class ImageNetShard(ImageNetParams):
+    split = luigi.ChoiceParameter(choices=["train", "validation"])
+    index = luigi.IntParameter()
+
+    def requires(self):
+        return ImageNetPlan(**self.imagenet_params)
+
+    def output(self):
+        n = self.train_shards if self.split == "train" else self.validation_shards
+        return ReceiptTarget(Path(self.output_dir) / f"{self.split}-{self.index:05d}-of-{n:05d}")
+
+    def run(self):
+        from imagenet_prep import convert
+
+        remove_stale_temps(self.output().path.parent)
+        plan = convert.read_plan(self.input().path)
+        result = convert.write_shard(plan, self.split, self.index, self.output_dir)
+        write_receipt(self.output().path, result=result)
+
+
+class ImageNet(ImageNetParams):
+    """ImageNet as TFRecord shards: train-*/validation-* + idx/ + MANIFEST.json in --output-dir."""
+
+    def requires(self):
+        return {"plan": ImageNetPlan(**self.imagenet_params),
+                "shards": [ImageNetShard(split=split, index=i, **self.imagenet_params)
+                           for split, n in (("train", self.train_shards), ("validation", self.validation_shards))
+                           for i in range(n)]}
+
+    def output(self):
+        return ReceiptTarget(Path(self.output_dir) / "MANIFEST.json")
+
+    def run(self):
+        from imagenet_prep import convert
+
+        plan = convert.read_plan(self.input()["plan"].path)
+        results = [t.receipt()["result"] for t in self.input()["shards"]]
+        convert.finalize(plan, self.output_dir, results)
+        write_receipt(self.output().path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The thin trainers
+
+class TrainBert(PrepTask):
+    """A tiny BERT trained on a pre-training dataset folder: OUT/metrics.csv (a loss per step) and OUT/loss.png."""
+
+    dataset_dir = luigi.Parameter()
+    steps = luigi.IntParameter(default=300)
+    out_dir = luigi.Parameter()
+
+    def output(self):
+        return ReceiptTarget(Path(self.out_dir) / "metrics.csv")
+
+    def run(self):
+        from wikiprep import train
+
+        result = train.train_bert(self.dataset_dir, self.out_dir, steps=self.steps)
+        write_receipt(self.output().path, result=result)
+
+
+class TrainImageNet(TrainBert):
+    """A tiny CNN trained on ImageNet shards: OUT/metrics.csv and OUT/loss.png."""
+
+    def run(self):
+        from imagenet_prep import train
+
+        result = train.train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps)
+        write_receipt(self.output().path, result=result)
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo: everything end to end on the embedded samples
+
+DEMO_WIKI, DEMO_DATE = "enwiki", "20260101"
+
+
+class DemoSamples(PrepTask):
+    """The embedded samples: a small dumps site (2 bz2 parts) and a small ImageNet tree, generated by code."""
+
+    out_dir = luigi.Parameter(default="demo")
+
+    def output(self):
+        return {"dump": ReceiptTarget(Path(self.out_dir) / "dumps-site"),
+                "imagenet": ReceiptTarget(Path(self.out_dir) / "imagenet-raw")}
+
+    def run(self):
+        from imagenet_prep import samples as imagenet_samples
+        from wikiprep import samples as wiki_samples
+
+        site = self.output()["dump"].path
+        if not self.output()["dump"].exists():
+            with atomic_dir(site) as tmp:
+                wiki_samples.write_sample_dump(tmp, wiki=DEMO_WIKI, date=DEMO_DATE)
+            write_dir_receipt(site)
+        raw = self.output()["imagenet"].path
+        with atomic_dir(raw) as tmp:
+            imagenet_samples.write_sample_tree(tmp)
+        write_dir_receipt(raw)
+
+
+class Demo(PrepTask):
+    """Sample dump -> Pretrain128 -> TrainBert, and sample ImageNet -> ImageNet -> TrainImageNet."""
+
+    out_dir = luigi.Parameter(default="demo")
+    steps = luigi.IntParameter(default=300)
+
+    def requires(self):
+        return DemoSamples(out_dir=self.out_dir)
+
+    def output(self):
+        return ReceiptTarget(Path(self.out_dir) / "summary.json")
+
+    def pretrain(self):
+        root = Path(self.out_dir).resolve()
+        return Pretrain128(data_dir=str(root / "data"), dump_url=(root / "dumps-site").as_uri(), wiki=DEMO_WIKI,
+                           dump_date=DEMO_DATE, num_shards=4, vocab_size=8000, min_doc_chars=200)
+
+    def imagenet(self):
+        root = Path(self.out_dir).resolve()
+        raw = root / "imagenet-raw"
+        return ImageNet(train_dir=str(raw / "train"), validation_dir=str(raw / "validation"),
+                        val_labels=str(raw / "validation_labels.txt"), output_dir=str(root / "imagenet"),
+                        train_shards=4, validation_shards=2)
+
+    def run(self):
+        root = Path(self.out_dir).resolve()
+        pretrain, imagenet = self.pretrain(), self.imagenet()
+        yield [pretrain, imagenet]
+        bert = TrainBert(dataset_dir=str(pretrain.dataset_dir), steps=self.steps, out_dir=str(root / "train-bert"))
+        cnn = TrainImageNet(dataset_dir=imagenet.output_dir, steps=self.steps, out_dir=str(root / "train-imagenet"))
+        yield [bert, cnn]
+        summary = {
+            "bert_dataset": str(pretrain.dataset_dir),
+            "imagenet_dataset": imagenet.output_dir,
+            "train_bert": {"out_dir": bert.out_dir, **bert.output().receipt()["result"]},
+            "train_imagenet": {"out_dir": cnn.out_dir, **cnn.output().receipt()["result"]},
+        }
+        write_json(self.output().path, summary)
+        write_receipt(self.output().path)
