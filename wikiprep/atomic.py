@@ -115,14 +115,37 @@ def read_receipt(path: str | os.PathLike) -> dict | None:
     return receipt
 
 
-def remove_stale_temps(folder: str | os.PathLike) -> None:
-    """Delete temporary files that killed runs left in `folder` (never `.part` downloads)."""
+def remove_stale_temps(path: str | os.PathLike) -> None:
+    """Delete the temporaries a killed run left for this one output (never other tasks', never `.part` downloads).
+
+    Only `path`'s own temporaries: a sibling task may be writing its own in the same folder right now.
+    """
+    import shutil
+
+    path = Path(path)
+    if path.parent.is_dir():
+        for p in path.parent.glob(f"{glob_escape(path.name)}{_TMP_MARK}*"):
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+
+
+def remove_all_stale_temps(folder: str | os.PathLike) -> None:
+    """Delete every temporary in `folder`: only once no task can still be writing there (a final step)."""
     folder = Path(folder)
     if folder.is_dir():
-        for p in folder.iterdir():
+        for p in sorted(folder.iterdir()):
             if _TMP_MARK in p.name and p.is_file():
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
+
+
+def glob_escape(name: str) -> str:
+    import glob
+
+    return glob.escape(name)
 
 
 @contextlib.contextmanager
@@ -140,7 +163,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        for p in tmp.iterdir():
+        for p in sorted(tmp.rglob("*"), reverse=True):  # files before the folders holding them
             fd = os.open(p, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -156,10 +179,16 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def _files_below(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if p.is_file() and RECEIPTS_DIR not in p.relative_to(folder).parts)
+
+
 def write_dir_receipt(folder: str | os.PathLike, **info) -> dict:
     """Commit the receipt of a committed folder: every file's size and sha256, plus `info`."""
     folder = Path(folder)
-    files = {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(folder.iterdir())}
+    files = {rel: {"size": (folder / rel).stat().st_size, "sha256": sha256_file(folder / rel)}
+             for rel in _files_below(folder)}
     receipt = {"folder": folder.name, "files": files, **info}
     write_json(receipt_path(folder), receipt)
     return receipt
@@ -170,7 +199,7 @@ def read_dir_receipt(folder: str | os.PathLike) -> dict | None:
     folder = Path(folder)
     try:
         receipt = json.loads(receipt_path(folder).read_text(encoding="utf-8"))
-        names = sorted(p.name for p in folder.iterdir())
+        names = _files_below(folder)
     except (FileNotFoundError, ValueError, NotADirectoryError):
         return None
     if names != sorted(receipt.get("files", {})):

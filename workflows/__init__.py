@@ -180,7 +180,7 @@ class ExtractPart(DumpTask):
 
     def run(self):
         out = self.output().path
-        remove_stale_temps(out.parent)
+        remove_stale_temps(out)
         stats = extract.extract_part(self.input().path, out, self.dump_date)
         write_receipt(out, stats=stats)
 
@@ -351,7 +351,7 @@ class PretrainShard(PretrainParams):
         vocab.check_vocab_file(self.vocab_path())
         out = self.output().path
         _claim_dataset_dir(self.dataset_dir, self.dataset_description())
-        remove_stale_temps(out.parent)
+        remove_stale_temps(out)
         shard_seed = derive_seed(self.seed, "instances", self.shard)
         stats = instances.create_pretraining_file(
             [str(self.input()["sentences"].path / f"shard_{self.shard:05d}.txt")], str(self.vocab_path()),
@@ -479,7 +479,7 @@ class ImageNetShard(ImageNetParams):
     def run(self):
         from imagenet_prep import convert
 
-        remove_stale_temps(self.output().path.parent)
+        remove_stale_temps(self.output().path)
         plan = convert.read_plan(self.input().path)
         result = convert.write_shard(plan, self.split, self.index, self.output_dir)
         write_receipt(self.output().path, result=result)
@@ -562,8 +562,8 @@ class DemoSamples(PrepTask):
             write_dir_receipt(site)
         raw = self.output()["imagenet"].path
         with atomic_dir(raw) as tmp:
-            imagenet_samples.write_sample_tree(tmp)
-        write_dir_receipt(raw)
+            layout = imagenet_samples.write_sample_tree(tmp)
+        write_dir_receipt(raw, layout={k: Path(v).relative_to(tmp).as_posix() for k, v in layout.items()})
 
 
 class Demo(PrepTask):
@@ -585,10 +585,9 @@ class Demo(PrepTask):
 
     def imagenet(self):
         root = Path(self.out_dir).resolve()
-        raw = root / "imagenet-raw"
-        return ImageNet(train_dir=str(raw / "train"), validation_dir=str(raw / "validation"),
-                        val_labels=str(raw / "validation_labels.txt"), output_dir=str(root / "imagenet"),
-                        train_shards=4, validation_shards=2)
+        samples = self.input()["imagenet"]
+        layout = {k: str(samples.path / v) for k, v in samples.receipt()["layout"].items()}
+        return ImageNet(output_dir=str(root / "imagenet"), train_shards=4, validation_shards=2, **layout)
 
     def run(self):
         root = Path(self.out_dir).resolve()

@@ -1,0 +1,153 @@
+"""A thin ImageNet classification loop over a folder of shards, to show the records train end to end.
+
+`train_imagenet` reads the `train-*-of-*` shards that the `ImageNet` task writes with
+TensorFlow's reader, decodes the JPEGs with `tf.io.decode_jpeg` (as every ImageNet trainer
+does), shrinks them, and trains a tiny CNN with 1000 outputs on `image/class/label - 1`
+(labels run 1..1000, 0 being the unused background class of build_imagenet_data.py).
+It writes `metrics.csv` (step,loss) and `loss.png` through the helpers of `wikiprep.train`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from wikiprep.errors import PrepError
+from wikiprep.train import (
+    check_params,
+    dataset_files,
+    find_bad_file,
+    first_line,
+    first_record,
+    loss_summary,
+    run_steps,
+    set_seeds,
+    write_metrics,
+)
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+NUM_CLASSES = 1000
+IMAGENET_COLUMNS = ("step", "loss")
+# Shard names as build_imagenet_data.py writes them; the glob alone would also take temporaries.
+TRAIN_SHARD_GLOB = "train-*-of-*"
+TRAIN_SHARD_RE = r"train-\d+-of-\d+"
+
+
+def _check_first_record(path: Path, data: bytes) -> None:
+    import tensorflow as tf
+
+    try:
+        feats = tf.train.Example.FromString(data).features.feature
+    except Exception as e:  # noqa: BLE001 - protobuf DecodeError and friends
+        raise PrepError(f"{path}: first record is not a tf.train.Example: {first_line(e)}") from None
+    for key, kind in (("image/encoded", "bytes_list"), ("image/class/label", "int64_list")):
+        if key not in feats:
+            raise PrepError(f"{path}: record has no {key} feature (not an ImageNet record)")
+        if feats[key].WhichOneof("kind") != kind:
+            raise PrepError(f"{path}: feature {key} is {feats[key].WhichOneof('kind')}, expected {kind}")
+    labels = list(feats["image/class/label"].int64_list.value)
+    if len(labels) != 1 or not 1 <= labels[0] <= NUM_CLASSES:
+        raise PrepError(f"{path}: image/class/label is {labels}, expected one value in 1..{NUM_CLASSES}")
+
+
+def build_tiny_cnn(image_size: int):
+    """Three 3x3 conv layers, global average pooling, 1000 logits."""
+    import keras
+
+    return keras.Sequential([
+        keras.Input((image_size, image_size, 3)),
+        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(NUM_CLASSES),
+    ], name="tiny_cnn")
+
+
+def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps: int = 300,
+                   batch_size: int = 32, image_size: int = 32, seed: int = 0,
+                   learning_rate: float = 1e-3) -> dict:
+    """Train a tiny CNN on the `train-*-of-*` shards of `dataset_dir` for `steps` steps.
+
+    Writes `out_dir/metrics.csv` (step,loss) and `out_dir/loss.png`, and returns first/last
+    loss (means over the first/last 10 steps) and timings. Bad input raises PrepError.
+    """
+    dataset_dir = Path(dataset_dir)
+    check_params(steps, batch_size)
+    if int(image_size) < 8:
+        raise PrepError(f"--image-size must be at least 8, got {image_size}")
+    steps, batch_size, image_size = int(steps), int(batch_size), int(image_size)
+    files = dataset_files(dataset_dir, TRAIN_SHARD_GLOB, TRAIN_SHARD_RE)
+
+    import keras
+    import tensorflow as tf
+
+    nonempty = 0
+    for path in files:
+        data = first_record(path)
+        if data is not None:
+            _check_first_record(path, data)
+            nonempty += 1
+    if not nonempty:
+        raise PrepError(f"{dataset_dir}: the {TRAIN_SHARD_GLOB} shards hold no records")
+
+    set_seeds(seed)
+    spec = {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def decode(serialized):
+        ex = tf.io.parse_single_example(serialized, spec)
+        image = tf.io.decode_jpeg(ex["image/encoded"], channels=3)
+        image = tf.image.resize(image, [image_size, image_size], antialias=True) / 255.0
+        return image, tf.cast(ex["image/class/label"], tf.int32) - 1
+
+    ds = tf.data.Dataset.from_tensor_slices([str(p) for p in files])
+    ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True).repeat()
+    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 4), block_length=8)
+    ds = ds.shuffle(1024, seed=seed)
+    ds = ds.map(decode, num_parallel_calls=2, deterministic=True)
+    ds = ds.batch(batch_size, drop_remainder=True).prefetch(2)
+
+    model = build_tiny_cnn(image_size)
+    optimizer = keras.optimizers.Adam(learning_rate=learning_rate)
+    optimizer.build(model.trainable_variables)
+
+    @tf.function
+    def train_step(batch):
+        images, labels = batch
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return {"loss": loss}
+
+    def check_one(data: bytes) -> None:
+        image, label = decode(tf.constant(data))
+        if not 0 <= int(label) < NUM_CLASSES:
+            raise ValueError(f"image/class/label {int(label) + 1} is outside 1..{NUM_CLASSES}")
+
+    def on_error(e):
+        if isinstance(e, (tf.errors.DataLossError, tf.errors.InvalidArgumentError)):
+            find_bad_file(files, parse=check_one)
+            raise PrepError(f"{dataset_dir}: bad record: {first_line(e)}") from None
+        raise PrepError(f"{dataset_dir}: ran out of records: {first_line(e)}") from None
+
+    rows, first_step_s, step_s = run_steps(train_step, ds, steps, IMAGENET_COLUMNS, on_error)
+    csv_path, png_path = write_metrics(out_dir, rows, IMAGENET_COLUMNS, title=f"tiny CNN on {dataset_dir.name}")
+    return {
+        **loss_summary(rows),
+        "steps": steps,
+        "batch_size": batch_size,
+        "image_size": image_size,
+        "files": len(files),
+        "first_step_seconds": first_step_s,
+        "seconds_per_step": step_s,
+        "metrics_csv": str(csv_path),
+        "loss_png": str(png_path),
+    }
