@@ -1,0 +1,546 @@
+"""ImageNet (ILSVRC-2012) to the sharded TFRecords of TensorFlow's build_imagenet_data.py.
+
+Three steps, each a plain function so that a Luigi task can wrap each one:
+
+1. `make_plan` lists the inputs (explicitly sorted), labels every image by its synset's position
+   in the sorted synset list, shuffles with a seed and fixes which image goes to which shard.
+   The plan is plain JSON (`write_plan` / `read_plan`): the whole run is reproducible from it.
+2. `write_shard(plan, split, i, out)` writes `out/<split>-%05d-of-%05d` and `out/idx/<shard>.idx`
+   atomically. Shards are independent, so any number of workers can write them, in any order,
+   and give the same bytes.
+3. `finalize` checks every shard is there and writes MANIFEST.json (sha256, size, record counts,
+   and the input files left out and why).
+
+Records carry the 15 keys of build_imagenet_data.py with the same types. Unlike that script the
+inputs are sorted before the shuffle (its glob order was not), validation may be flat with any of
+three label files, CMYK/PNG images are found by content, the size comes from the JPEG header
+instead of a full TensorFlow decode, and unreadable files are left out and listed instead of
+killing the run. The shuffle is the reference's own (`random.Random(seed).shuffle` over the image
+list, seed 12345, for both splits), over the list ordered as its `_find_image_files` orders it
+(synset by synset, in synset-list order) but sorted within each synset.
+
+Inputs may be folders or the original uncompressed tar archives (ILSVRC2012_img_train.tar with
+its per-class tars inside, ILSVRC2012_img_val.tar): members are read in place by offset, never
+extracted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import tarfile
+from pathlib import Path
+
+from wikiprep.atomic import remove_all_stale_temps, write_json
+from wikiprep.errors import PrepError
+from wikiprep.manifest import write_manifest
+from wikiprep.records import BYTES, FLOAT, INT64, RecordWriter, encode_example
+
+from . import images, labels
+
+PLAN_FORMAT = "imagenet_prep.plan/1"
+SPLITS = ("train", "validation")
+IDX_DIR = "idx"
+IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+SHARD_RE = re.compile(r"(train|validation)-(\d{5})-of-(\d{5})")
+
+
+def shard_name(split: str, index: int, num_shards: int) -> str:
+    """'train-00000-of-01024', as build_imagenet_data.py names them."""
+    return "%s-%.5d-of-%.5d" % (split, index, num_shards)
+
+
+def index_path(output_dir: str | Path, name: str) -> Path:
+    """`<output_dir>/idx/<shard>.idx`: beside the shards, never matching a `train*` glob in their folder."""
+    return Path(output_dir) / IDX_DIR / f"{name}.idx"
+
+
+def shard_bounds(num_images: int, num_shards: int, index: int) -> tuple[int, int]:
+    """[lo, hi) of shard `index`: np.linspace(0, N, S + 1).astype(int) in exact integer arithmetic,
+    so shard sizes differ by at most one."""
+    return index * num_images // num_shards, (index + 1) * num_images // num_shards
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: a folder or an uncompressed tar archive, listed as relative paths
+
+def _is_image_name(name: str) -> bool:
+    return name.lower().endswith(IMAGE_SUFFIXES)
+
+
+def _list_dir(root: Path) -> tuple[list[str], set[str]]:
+    """(relative paths of files one and two levels down, top-level folder names); hidden names skipped."""
+    files, dirs = [], set()
+    with os.scandir(root) as tops:
+        for top in tops:
+            if top.name.startswith("."):
+                continue
+            if not top.is_dir():
+                files.append(top.name)
+                continue
+            dirs.add(top.name)
+            with os.scandir(top.path) as subs:
+                for sub in subs:
+                    if not sub.name.startswith("."):
+                        files.append(f"{top.name}/{sub.name}" + ("/" if sub.is_dir() else ""))
+    return files, dirs
+
+
+def _safe_member_name(tar_path: Path, member: tarfile.TarInfo, prefix: str = "") -> str | None:
+    """The member's relative name, None for folders; PrepError for anything that is not a plain file
+    at a plain relative path (absolute, '..', links, devices, sparse files)."""
+    name = member.name
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+        raise PrepError(f"{tar_path}: unsafe member path {prefix}{name!r} (absolute or leaving the archive)")
+    if member.isdir():
+        return None
+    if not member.isreg() or member.issparse():
+        raise PrepError(f"{tar_path}: member {prefix}{name!r} is a link, device or sparse file; "
+                        f"only plain files are accepted")
+    return "/".join(parts)
+
+
+def _list_tar(tar_path: Path) -> tuple[list[str], set[str], dict[str, tuple[int, int]]]:
+    """Like _list_dir for an uncompressed tar, plus {relative path: (offset, size)} of each file.
+
+    A member `<wnid>.tar` (the layout of ILSVRC2012_img_train.tar) is opened in place and its
+    files listed as `<wnid>/<name>`.
+    """
+    files, dirs, where = [], set(), {}
+    try:
+        with open(tar_path, "rb") as raw, tarfile.open(fileobj=raw, mode="r:") as outer:
+            for m in outer:
+                rel = _safe_member_name(tar_path, m)
+                if rel is None:
+                    dirs.add(m.name.strip("/").split("/")[0])
+                    continue
+                if rel.endswith(".tar") and "/" not in rel:
+                    wnid = rel[:-4]
+                    dirs.add(wnid)
+                    inner_file = outer.extractfile(m)
+                    with tarfile.open(fileobj=inner_file, mode="r:") as inner:
+                        for im in inner:
+                            irel = _safe_member_name(tar_path, im, prefix=f"{rel}:")
+                            if irel is None:
+                                continue
+                            key = f"{wnid}/{irel}"
+                            files.append(key)
+                            where[key] = (m.offset_data + im.offset_data, im.size)
+                    continue
+                parts = rel.split("/")
+                if parts[0].startswith(".") or parts[-1].startswith("."):
+                    continue
+                if len(parts) > 1:
+                    dirs.add(parts[0])
+                files.append(rel)
+                where[rel] = (m.offset_data, m.size)
+    except tarfile.ReadError as e:
+        raise PrepError(f"{tar_path}: not an uncompressed tar archive ({e}); compressed archives cannot be "
+                        f"read in place, decompress or extract them first") from None
+    return files, dirs, where
+
+
+def _open_input(path: str | Path, what: str) -> tuple[dict, list[str], set[str], dict | None]:
+    """(source description for the plan, file list, top-level folders, tar offsets or None)."""
+    p = Path(path).resolve()
+    if p.is_dir():
+        files, dirs = _list_dir(p)
+        return {"kind": "dir", "path": str(p)}, files, dirs, None
+    if p.is_file():
+        if not p.name.endswith(".tar"):
+            raise PrepError(f"{p}: {what} must be a folder or an uncompressed .tar archive")
+        files, dirs, where = _list_tar(p)
+        return {"kind": "tar", "path": str(p)}, files, dirs, where
+    raise PrepError(f"{p}: {what} not found")
+
+
+class _Reader:
+    """Reads a planned file's bytes from its folder or, by offset, from its tar archive."""
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.root = Path(spec["source"]["path"])
+        self.tar = open(self.root, "rb") if spec["source"]["kind"] == "tar" else None
+
+    def where(self, i: int) -> str:
+        rel = self.spec["files"][i]
+        return f"{self.root}:{rel}" if self.tar else str(self.root / rel)
+
+    def read(self, i: int) -> bytes:
+        rel = self.spec["files"][i]
+        try:
+            if self.tar is None:
+                with open(self.root / rel, "rb") as f:
+                    return f.read()
+            offset, size = self.spec["offsets"][i], self.spec["sizes"][i]
+            self.tar.seek(offset)
+            data = self.tar.read(size)
+            if len(data) != size:
+                raise OSError("archive shorter than when it was planned")
+            return data
+        except OSError as e:
+            raise PrepError(f"{self.where(i)}: planned input cannot be read now ({e.strerror or e}); "
+                            f"inputs changed since make_plan?") from None
+
+    def close(self):
+        if self.tar:
+            self.tar.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan
+
+def _collect_split(split: str, path, synsets: list[str], index_of: dict[str, int],
+                   stem_labels: dict[str, str] | None, labels_path, ignored: list[dict]) -> dict:
+    """One split's plan entry, files in the sorted pre-shuffle order (label, file name)."""
+    source, files, dirs, where = _open_input(path, f"{split} input")
+    files.sort()  # listing order is the file system's; messages and the ignored list must not depend on it
+    root = source["path"]
+    items = []  # (label, basename, rel)
+    if stem_labels is None:  # <wnid>/ folders
+        if not dirs and any(_is_image_name(rel) for rel in files):
+            raise PrepError(f"{root}: {split} images are flat, not in <wnid>/ folders; give their label file "
+                            f"(--val-labels)" if split == "validation" else
+                            f"{root}: {split} images are flat, not in <wnid>/ folders")
+        for d in sorted(dirs):
+            if d not in index_of:
+                raise PrepError(f"{root}/{d}: folder is not one of the {len(synsets)} synsets "
+                                f"(expected {split} images in <wnid>/ folders)")
+        for rel in files:
+            parts = rel.rstrip("/").split("/")
+            if len(parts) != 2 or rel.endswith("/"):
+                why = "not inside a <wnid>/ folder" if len(parts) == 1 else "nested folder, not read"
+                ignored.append({"file": f"{split}/{rel.rstrip('/')}", "reason": why})
+            elif not _is_image_name(parts[1]):
+                ignored.append({"file": f"{split}/{rel}", "reason": "not an image file name"})
+            else:
+                items.append((index_of[parts[0]] + 1, parts[1], rel))
+    else:  # flat, labelled by file name
+        if dirs:
+            raise PrepError(f"{root}/{sorted(dirs)[0]}: {split} images must be flat when labels come from "
+                            f"{labels_path} (leave the label file out for <wnid>/ folders)")
+        image_files = [rel for rel in files if _is_image_name(rel)]
+        if len(image_files) != len(stem_labels):
+            raise PrepError(f"{labels_path}: labels {len(stem_labels)} images but {root} holds {len(image_files)}")
+        seen = {}
+        for rel in files:
+            if not _is_image_name(rel):
+                ignored.append({"file": f"{split}/{rel}", "reason": "not an image file name"})
+                continue
+            stem = rel.rsplit(".", 1)[0]
+            if stem in seen:
+                raise PrepError(f"{root}/{rel}: same image as {seen[stem]} (two files, one label)")
+            seen[stem] = rel
+            wnid = stem_labels.get(stem)
+            if wnid is None:
+                raise PrepError(f"{root}/{rel}: no label for this image in {labels_path}")
+            items.append((index_of[wnid] + 1, rel, rel))
+    items.sort()
+    for a, b in zip(items, items[1:]):
+        if a[:2] == b[:2]:
+            raise PrepError(f"{root}: {b[2]} and {a[2]} have the same name and synset")
+    if not items:
+        raise PrepError(f"{root}: no {split} images found (expected {'<wnid>/' if stem_labels is None else ''}"
+                        f"*.JPEG)")
+    spec = {"source": source, "files": [rel for _, _, rel in items], "labels": [lab for lab, _, _ in items]}
+    if where is not None:
+        spec["offsets"] = [where[rel][0] for rel in spec["files"]]
+        spec["sizes"] = [where[rel][1] for rel in spec["files"]]
+    return spec
+
+
+def _shuffle(spec: dict, seed: int) -> None:
+    order = list(range(len(spec["files"])))
+    random.Random(seed).shuffle(order)
+    for key in ("files", "labels", "offsets", "sizes"):
+        if key in spec:
+            spec[key] = [spec[key][i] for i in order]
+
+
+def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, metadata_file=None,
+              bbox_dir=None, train_shards: int = 1024, validation_shards: int = 128, seed: int = 12345,
+              strict: bool = False, verify_decode: bool = False, max_pixels: int = images.MAX_PIXELS) -> dict:
+    """List, label, shuffle and shard the inputs; returns the plan (plain JSON-serializable dict).
+
+    train_dir: `<wnid>/*.JPEG` folders, or ILSVRC2012_img_train.tar. validation_dir: flat images
+    with `val_labels` (TF labels .txt, Kaggle LOC_val_solution.csv, devkit ground truth or devkit
+    folder), or `<wnid>/` folders with val_labels None; or ILSVRC2012_img_val.tar. Either may be
+    None to convert one split only. strict: an unreadable image fails its shard instead of being
+    left out. verify_decode: fully decode every copied JPEG with PIL (slow). Bad input -> PrepError.
+    """
+    if train_dir is None and validation_dir is None:
+        raise PrepError("make_plan: neither a train nor a validation input given")
+    if val_labels is not None and validation_dir is None:
+        raise PrepError(f"{val_labels}: validation labels given without a validation input")
+    for name, value in (("train_shards", train_shards), ("validation_shards", validation_shards),
+                        ("seed", seed), ("max_pixels", max_pixels)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "seed" else 1):
+            raise PrepError(f"make_plan: {name}={value!r} must be a {'non-negative' if name == 'seed' else 'positive'}"
+                            f" integer")
+    synsets = labels.load_synsets(synsets_file)
+    names = labels.load_names(synsets, metadata_file)
+    index_of = {wnid: i for i, wnid in enumerate(synsets)}
+    if bbox_dir is not None and not Path(bbox_dir).is_dir():
+        raise PrepError(f"{bbox_dir}: bounding-box folder not found (expected <wnid>/<image>.xml)")
+
+    plan = {
+        "format": PLAN_FORMAT,
+        "seed": seed,
+        "synsets": synsets,
+        "names": [names[w] for w in synsets],
+        "bbox_dir": str(Path(bbox_dir).resolve()) if bbox_dir is not None else None,
+        "options": {"strict": bool(strict), "verify_decode": bool(verify_decode), "max_pixels": max_pixels},
+        "inputs": {"train": str(train_dir) if train_dir is not None else None,
+                   "validation": str(validation_dir) if validation_dir is not None else None,
+                   "val_labels": str(val_labels) if val_labels is not None else None,
+                   "val_label_source": None,
+                   "synsets_file": str(synsets_file) if synsets_file else None,
+                   "metadata_file": str(metadata_file) if metadata_file else None},
+        "ignored": [],
+        "splits": {},
+    }
+    for split, path, shards in (("validation", validation_dir, validation_shards),
+                                ("train", train_dir, train_shards)):
+        if path is None:
+            continue
+        stem_labels = None
+        if split == "validation":
+            if val_labels is not None:
+                stem_labels, kind = labels.read_validation_labels(val_labels, synsets)
+            else:
+                kind = "folders"
+            plan["inputs"]["val_label_source"] = kind
+        spec = _collect_split(split, path, synsets, index_of, stem_labels,
+                              val_labels if split == "validation" else None, plan["ignored"])
+        if shards > len(spec["files"]):
+            raise PrepError(f"{spec['source']['path']}: {split}_shards={shards} is more than the "
+                            f"{len(spec['files'])} {split} images found")
+        _shuffle(spec, seed)
+        spec["num_shards"] = shards
+        plan["splits"][split] = spec
+    plan["ignored"].sort(key=lambda d: d["file"])
+    return plan
+
+
+def write_plan(plan: dict, path: str | Path) -> None:
+    """Commit the plan as canonical JSON (atomically)."""
+    write_json(path, plan)
+
+
+def read_plan(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PrepError(f"{path}: plan not found") from None
+    except ValueError as e:
+        raise PrepError(f"{path}: not a valid plan ({e})") from None
+    if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
+        raise PrepError(f"{path}: not an {PLAN_FORMAT} plan")
+    return plan
+
+
+def num_shards(plan: dict, split: str) -> int:
+    return plan["splits"][split]["num_shards"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shards
+
+def _split_spec(plan: dict, split: str, index: int) -> dict:
+    spec = plan.get("splits", {}).get(split)
+    if spec is None:
+        raise PrepError(f"plan has no {split!r} split (it has {sorted(plan.get('splits', {}))})")
+    if not isinstance(index, int) or not 0 <= index < spec["num_shards"]:
+        raise PrepError(f"{split} shard index {index!r} is outside 0..{spec['num_shards'] - 1}")
+    return spec
+
+
+def write_shard(plan: dict, split: str, index: int, output_dir: str | Path) -> dict:
+    """Write one shard and its index file atomically; returns its record count and the files left out.
+
+    Result (JSON-serializable): split, index, shard (file name), records, planned, left_out
+    [{file, reason}], converted [{file, reason}], boxes, annotation_problems [{file, reason}].
+    """
+    spec = _split_spec(plan, split, index)
+    n_shards = spec["num_shards"]
+    lo, hi = shard_bounds(len(spec["files"]), n_shards, index)
+    name = shard_name(split, index, n_shards)
+    output_dir = Path(output_dir)
+    synsets, names = plan["synsets"], plan["names"]
+    opts = plan["options"]
+    strict, verify, max_pixels = opts["strict"], opts["verify_decode"], opts["max_pixels"]
+    bbox_dir = plan.get("bbox_dir")
+    challenge = set(synsets)
+    left_out, converted, problems = [], [], []
+    boxes_written = 0
+    reader = _Reader(spec)
+    try:
+        with RecordWriter(output_dir / name, index_path(output_dir, name)) as writer:
+            for i in range(lo, hi):
+                rel = spec["files"][i]
+                label = spec["labels"][i]
+                wnid = synsets[label - 1]
+                file_id = f"{split}/{rel}"
+                try:
+                    img = images.prepare_image(reader.read(i), max_pixels=max_pixels, verify_decode=verify)
+                except images.ImageRejected as e:
+                    if strict:
+                        raise PrepError(f"{reader.where(i)}: {e}") from None
+                    left_out.append({"file": file_id, "reason": str(e)})
+                    continue
+                if img.converted:
+                    converted.append({"file": file_id, "reason": f"{img.converted} re-encoded as RGB JPEG"})
+                basename = rel.rsplit("/", 1)[-1]
+                boxes = []
+                if bbox_dir is not None:
+                    xml = labels.bbox_xml_path(bbox_dir, wnid, basename)
+                    if xml.is_file():
+                        try:
+                            boxes = labels.read_bbox_xml(xml, wnid, challenge)
+                        except (SyntaxError, ValueError, OSError) as e:  # ET.ParseError is a SyntaxError
+                            if strict:
+                                raise PrepError(f"{xml}: unreadable bounding-box annotation ({e})") from None
+                            problems.append({"file": f"bbox/{wnid}/{xml.name}", "reason": str(e)})
+                boxes_written += len(boxes)
+                writer.write(_example(img, basename, label, wnid, names[label - 1], boxes))
+            records = writer.count
+    finally:
+        reader.close()
+    return {"split": split, "index": index, "shard": name, "records": records, "planned": hi - lo,
+            "left_out": left_out, "converted": converted, "boxes": boxes_written,
+            "annotation_problems": problems}
+
+
+def _example(img: images.PreparedImage, filename: str, label: int, wnid: str, text: str, boxes) -> bytes:
+    """The 15 features of build_imagenet_data.py's _convert_to_example, same names and types."""
+    return encode_example([
+        ("image/height", INT64, [img.height]),
+        ("image/width", INT64, [img.width]),
+        ("image/colorspace", BYTES, [b"RGB"]),
+        ("image/channels", INT64, [3]),
+        ("image/class/label", INT64, [label]),
+        ("image/class/synset", BYTES, [wnid.encode()]),
+        ("image/class/text", BYTES, [text.encode("utf-8")]),
+        ("image/object/bbox/xmin", FLOAT, [b[0] for b in boxes]),
+        ("image/object/bbox/xmax", FLOAT, [b[2] for b in boxes]),
+        ("image/object/bbox/ymin", FLOAT, [b[1] for b in boxes]),
+        ("image/object/bbox/ymax", FLOAT, [b[3] for b in boxes]),
+        ("image/object/bbox/label", INT64, [label] * len(boxes)),
+        ("image/format", BYTES, [b"JPEG"]),
+        ("image/filename", BYTES, [filename.encode("utf-8")]),
+        ("image/encoded", BYTES, [img.data]),
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# The manifest
+
+def _check_shard_files(output_dir: Path, name: str, records: int) -> None:
+    shard, idx = output_dir / name, index_path(output_dir, name)
+    if not shard.is_file() or not idx.is_file():
+        raise PrepError(f"{shard if not shard.is_file() else idx}: missing (shard not written?)")
+    lines = [line.split() for line in idx.read_text(encoding="ascii").splitlines() if line.strip()]
+    if len(lines) != records or sum(int(x[1]) for x in lines) != shard.stat().st_size:
+        raise PrepError(f"{idx}: lists {len(lines)} records, not the {records} of {name}, or not its size")
+
+
+def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict]) -> dict:
+    """Check every planned shard was written as reported, then write MANIFEST.json; returns it."""
+    output_dir = Path(output_dir)
+    expected = {}
+    for split, spec in plan["splits"].items():
+        for i in range(spec["num_shards"]):
+            expected[shard_name(split, i, spec["num_shards"])] = (split, i, spec)
+    results = {}
+    for r in shard_results:
+        if r.get("shard") not in expected:
+            raise PrepError(f"{output_dir}: a shard result for {r.get('shard')!r}, which the plan does not have")
+        if r["shard"] in results:
+            raise PrepError(f"{output_dir}: two results for {r['shard']}")
+        results[r["shard"]] = r
+    for name, (split, i, spec) in expected.items():
+        if name not in results:
+            raise PrepError(f"{output_dir / name}: no result for this shard (not written?)")
+        r = results[name]
+        lo, hi = shard_bounds(len(spec["files"]), spec["num_shards"], i)
+        if r["planned"] != hi - lo or r["records"] + len(r["left_out"]) != hi - lo:
+            raise PrepError(f"{output_dir / name}: result does not match the plan ({r['records']} records + "
+                            f"{len(r['left_out'])} left out, plan has {hi - lo} images)")
+        _check_shard_files(output_dir, name, r["records"])
+    remove_all_stale_temps(output_dir)
+    remove_all_stale_temps(output_dir / IDX_DIR)
+    # Readers glob `train*` / `validation*` and Graphcore's demands exactly 1024/128 matches; DALI
+    # pairs index files with shards. Leftovers of another run (other shard counts) must not stay.
+    for p in sorted(output_dir.iterdir()):
+        if p.name.startswith(SPLITS) and p.name not in expected:
+            raise PrepError(f"{p}: not a shard of this plan; remove it (readers glob train*/validation*)")
+    for p in sorted((output_dir / IDX_DIR).iterdir()):
+        if p.name.endswith(".idx") and p.name[:-4] not in expected:
+            raise PrepError(f"{p}: index of a shard this plan does not have; remove it")
+
+    def gather(key: str) -> list[dict]:
+        return sorted((d for r in results.values() for d in r[key]), key=lambda d: d["file"])
+
+    splits = {}
+    for split, spec in plan["splits"].items():
+        rs = [r for r in results.values() if r["split"] == split]
+        splits[split] = {"shards": spec["num_shards"], "images": len(spec["files"]),
+                         "records": sum(r["records"] for r in rs), "left_out": sum(len(r["left_out"]) for r in rs),
+                         "converted": sum(len(r["converted"]) for r in rs), "boxes": sum(r["boxes"] for r in rs)}
+    extra = {
+        "dataset": "imagenet",
+        "format": "TFRecord of tf.train.Example, the 15 keys of build_imagenet_data.py",
+        "labels": "image/class/label = 1 + position of the synset in the sorted synset list (1..%d)"
+                  % len(plan["synsets"]),
+        "seed": plan["seed"],
+        "val_label_source": plan["inputs"].get("val_label_source"),
+        "splits": splits,
+        "left_out": gather("left_out"),
+        "converted": gather("converted"),
+        "annotation_problems": gather("annotation_problems"),
+        "ignored": plan.get("ignored", []),
+    }
+    counts = {name: results[name]["records"] for name in expected}
+    return write_manifest(output_dir, counts, extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# Everything in one call (the `imagenet-prep convert` command)
+
+_WORKER_PLAN: dict | None = None
+
+
+def _init_worker(plan: dict) -> None:
+    global _WORKER_PLAN
+    _WORKER_PLAN = plan
+
+
+def _write_one(job: tuple[str, int, str]) -> dict:
+    split, index, output_dir = job
+    return write_shard(_WORKER_PLAN, split, index, output_dir)
+
+
+def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, **plan_args) -> dict:
+    """make_plan + every shard (with `workers` processes) + finalize; writes output_dir/plan.json too.
+
+    Returns the manifest. The bytes do not depend on `workers`.
+    """
+    output_dir = Path(output_dir)
+    plan = make_plan(train_dir, validation_dir, val_labels, **plan_args)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_plan(plan, output_dir / "plan.json")
+    jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]
+            for i in range(plan["splits"][split]["num_shards"])]
+    if workers <= 1:
+        results = [write_shard(plan, s, i, output_dir) for s, i, _ in jobs]
+    else:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        with ctx.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(plan,)) as pool:
+            results = pool.map(_write_one, jobs, chunksize=1)
+    return finalize(plan, output_dir, results)

@@ -1,0 +1,139 @@
+"""`imagenet-prep convert / verify / stats` on a generated tree: a good folder passes, each kind of
+damage is caught with one line and a non-zero exit, and errors never show a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagenet_prep import cli, convert, samples
+from wikiprep.manifest import MANIFEST, write_manifest
+from wikiprep.records import RecordWriter, read_records
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    tree = samples.write_sample_tree(root / "raw", classes=6, per_class=4, val_per_class=2, seed=2)
+    out = root / "out"
+    rc = cli.main(["convert", "--train-dir", tree["train_dir"], "--validation-dir", tree["validation_dir"],
+                   "--val-labels", tree["val_labels"], "--output-dir", str(out), "--train-shards", "3",
+                   "--validation-shards", "2", "--workers", "2"])
+    assert rc == 0
+    return root, out
+
+
+def _copy(src: Path, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dest)
+    return dest
+
+
+def _run(capsys, argv) -> tuple[int, str, str]:
+    rc = cli.main(argv)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def test_convert_then_verify_and_stats(converted, capsys, tmp_path):
+    _, out = converted
+    rc, stdout, err = _run(capsys, ["verify", str(out)])
+    assert rc == 0, err
+    assert stdout.strip() == f"OK {out}: train 24 records, validation 12 records"
+    rc, stdout, err = _run(capsys, ["stats", str(out), "--out", str(tmp_path / "report")])
+    assert rc == 0, err
+    report = json.loads((tmp_path / "report" / "stats.json").read_text())
+    train = report["splits"]["train"]
+    assert (train["records"], train["shards"], train["classes"]) == (24, 3, 6)
+    assert train["records_per_shard"] == {"min": 8, "max": 8}
+    assert train["per_class"]["1"] == {"synset": "n01440764", "records": 4}
+    assert "train: 24 records in 3 shards" in (tmp_path / "report" / "report.txt").read_text()
+    assert report["splits"]["validation"]["images_per_class"] == {"min": 2, "max": 2}
+    for png in ("class_histogram.png", "image_sizes.png"):
+        assert (tmp_path / "report" / png).read_bytes().startswith(b"\x89PNG")
+
+
+def _rewrite_record(folder: Path, shard: str, change) -> None:
+    """Replace the first record of `shard` by change(tf.train.Example), fix its index and the manifest,
+    so that only the record-level check can find the damage."""
+    import tensorflow as tf
+
+    path = folder / shard
+    payloads = list(read_records(path))
+    ex = tf.train.Example.FromString(payloads[0])
+    change(ex.features.feature)
+    payloads[0] = ex.SerializeToString(deterministic=True)
+    with RecordWriter(path, convert.index_path(folder, shard)) as w:
+        for p in payloads:
+            w.write(p)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    counts = {f["path"]: f["records"] for f in manifest["files"] if "records" in f}
+    (folder / MANIFEST).unlink()
+    write_manifest(folder, counts, {k: v for k, v in manifest.items() if k != "files"})
+
+
+def _set_int(key, value):
+    def change(feat):
+        feat[key].int64_list.value[:] = [value]
+    return change
+
+
+def _set_bytes(key, value):
+    def change(feat):
+        feat[key].bytes_list.value[:] = [value(feat[key].bytes_list.value[0]) if callable(value) else value]
+    return change
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_set_int("image/class/label", 0), "image/class/label 0 outside 1..1000"),
+    (_set_int("image/class/label", 2), "label 2 is n01443537 in the sorted synset list"),
+    (_set_int("image/height", 7), "record says"),
+    (_set_bytes("image/encoded", lambda d: d[:-2]), "no end-of-image marker"),
+    (_set_bytes("image/encoded", lambda d: b"\x89PNG" + d[4:]), "start-of-image"),
+    (lambda feat: feat.pop("image/class/synset"), "does not parse with the 15-key ImageNet schema"),
+    (lambda feat: feat["image/object/bbox/xmin"].float_list.value.append(0.5), "bbox lists of different lengths"),
+])
+def test_verify_finds_damaged_records(converted, capsys, tmp_path, damage, message):
+    _, out = converted
+    folder = _copy(out, tmp_path / "out")
+    _rewrite_record(folder, "train-00001-of-00003", damage)
+    rc, _, err = _run(capsys, ["verify", str(folder)])
+    assert rc == 1
+    assert err.startswith(f"imagenet-prep: error: {folder / 'train-00001-of-00003'}") and message in err, err
+    assert err.count("\n") == 1
+
+
+def test_verify_finds_damaged_files(converted, capsys, tmp_path):
+    _, out = converted
+    cases = {
+        "index": (lambda f: (f / "idx" / "train-00000-of-00003.idx").write_text("0 10\n"), "idx"),
+        "missing shard": (lambda f: (f / "train-00002-of-00003").unlink(), "train-00002-of-00003: missing shard"),
+        "stray": (lambda f: (f / "train-00000-of-00003.receipt.json").write_text("{}"), "stray file"),
+        "checksum": (lambda f: (f / "validation-00000-of-00002").write_bytes(b"x"), "checksum differs"),
+        "manifest": (lambda f: (f / MANIFEST).unlink(), "no manifest"),
+    }
+    for name, (damage, message) in cases.items():
+        folder = _copy(out, tmp_path / name.replace(" ", "-"))
+        damage(folder)
+        rc, _, err = _run(capsys, ["verify", str(folder)])
+        assert rc == 1 and message in err and err.count("\n") == 1, (name, err)
+
+
+def test_errors_are_one_line_without_traceback(tmp_path):
+    """The installed console script, as users run it."""
+    exe = Path(sys.executable).with_name("imagenet-prep")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "imagenet_prep.cli"]
+    p = subprocess.run(cmd + ["convert", "--train-dir", str(tmp_path / "nope"), "--output-dir", str(tmp_path / "o")],
+                       capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 1
+    assert p.stderr == f"imagenet-prep: error: {tmp_path / 'nope'}: train input not found\n"
+    assert not (tmp_path / "o").exists()
