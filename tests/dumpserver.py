@@ -66,11 +66,18 @@ class _Handler(BaseHTTPRequestHandler):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         seen = Seen(path=path, headers=dict(self.headers.items()))
         faults = self.server.owner._take_faults(path)
-        self.server.owner._record(seen)  # before answering: the client may act on the answer at once
+        owner = self.server.owner
+        owner._record(seen)  # before answering: the client may act on the answer at once
+        with owner._lock:
+            owner.active += 1
+            owner.max_active = max(owner.max_active, owner.active)
         try:
             self._serve(path, faults, seen)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            with owner._lock:
+                owner.active -= 1
 
     def _send(self, seen: Seen, code: int, body: bytes, headers: dict) -> None:
         seen.status = code
@@ -164,6 +171,7 @@ class DumpServer:
         self._lock = threading.Lock()
         self._faults: dict[str, list[Fault]] = {}
         self.log: list[Seen] = []
+        self.active = self.max_active = 0  # requests being answered at once, and the most seen
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"

@@ -28,33 +28,31 @@ logger = logging.getLogger("luigi-interface")
 
 
 # ---------------------------------------------------------------------------------------------
-# One clear line for bad input. Luigi logs a traceback for every failing task; for a PrepError
-# (bad input the user must fix) the traceback only hides the message, so it is cut to one line.
+# One clear line for bad input. Luigi logs a traceback for every failing task, and a PrepError
+# can surface in run(), requires() or complete(); each path logs it differently. This filter
+# sees them all: it cuts the traceback from the log and prints the message once, on its own line.
 
 class _OneLineErrors(logging.Filter):
+    def __init__(self):
+        super().__init__()
+        self.printed: set[str] = set()
+
     def filter(self, record: logging.LogRecord) -> bool:
+        reason = None
         if record.exc_info and isinstance(record.exc_info[1], PrepError):
-            record.msg = f"{record.getMessage()}: {record.exc_info[1]}"
-            record.args = ()
-            record.exc_info = None
+            reason = str(record.exc_info[1])
+            record.msg, record.args, record.exc_info = f"{record.getMessage()}: {reason}", (), None
         elif "wikiprep.errors.PrepError: " in str(record.msg):
             text = record.getMessage()
-            first = text.split("\n", 1)[0]
             reason = text.rsplit("wikiprep.errors.PrepError: ", 1)[1].strip()
-            record.msg, record.args = f"{first} {reason}", ()
+            record.msg, record.args = f"{text.split(chr(10), 1)[0]} {reason}", ()
+        if reason and reason not in self.printed:
+            self.printed.add(reason)
+            print(f"wikiprep: error: {reason}", file=sys.stderr, flush=True)
         return True
 
 
 logger.addFilter(_OneLineErrors())
-
-
-def _report(task, exception) -> None:
-    if isinstance(exception, PrepError):
-        print(f"wikiprep: error: {exception}", file=sys.stderr, flush=True)
-
-
-luigi.Task.event_handler(luigi.Event.FAILURE)(_report)
-luigi.Task.event_handler(luigi.Event.BROKEN_TASK)(_report)
 
 
 class ReceiptTarget(luigi.Target):

@@ -1,0 +1,89 @@
+"""DownloadDump through the `luigi` command line against a real HTTP server: the connection cap and resume."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dumpserver import DumpServer
+from test_download import DATE, SPLIT, WIKI, make_dump, url_path
+
+REPO = Path(__file__).resolve().parents[1]
+LUIGI = str(Path(sys.executable).with_name("luigi"))
+
+
+def download(srv, data_dir, workers, config=None):
+    env = dict(os.environ, WIKIPREP_CONTACT="tests@example.invalid")
+    env.pop("LUIGI_CONFIG_PATH", None)
+    if config:
+        env["LUIGI_CONFIG_PATH"] = str(config)
+    return subprocess.run([LUIGI, "--module", "workflows", "DownloadDump", "--data-dir", str(data_dir),
+                           "--dump-url", srv.url, "--wiki", WIKI, "--dump-date", DATE, "--local-scheduler",
+                           "--workers", str(workers)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_at_most_two_connections_to_the_dumps_host(tmp_path):
+    files = make_dump(tmp_path / "site")
+    with DumpServer(tmp_path / "site") as srv:
+        for name in SPLIT:  # every part takes a while, so that the three tasks would overlap
+            srv.add_fault(url_path(name), "stall", times=None, after=1000, seconds=1.0)
+        r = download(srv, tmp_path / "data", workers=3)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert srv.max_active == 2
+    dest = tmp_path / "data" / "downloads" / WIKI / DATE
+    for name in SPLIT:
+        assert (dest / name).read_bytes() == files[name]
+
+    # The same run with the cap raised to 3 does open 3 connections: the limit above is luigi.cfg's doing.
+    cfg = tmp_path / "three.cfg"
+    cfg.write_text("[resources]\nwikimedia_http = 3\n")
+    make_dump(tmp_path / "site3")
+    with DumpServer(tmp_path / "site3") as srv:
+        for name in SPLIT:
+            srv.add_fault(url_path(name), "stall", times=None, after=1000, seconds=1.0)
+        r = download(srv, tmp_path / "data3", workers=3, config=cfg)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert srv.max_active == 3
+
+
+def test_killed_download_resumes_with_range_on_rerun(tmp_path):
+    files = make_dump(tmp_path / "site")
+    big = SPLIT[0]
+    dest = tmp_path / "data" / "downloads" / WIKI / DATE
+    with DumpServer(tmp_path / "site") as srv:
+        # The server sends 150 kB of the 200 kB part, then hangs; we kill the whole run there.
+        srv.add_fault(url_path(big), "stall", times=1, after=150_000, seconds=60)
+        env = dict(os.environ, WIKIPREP_CONTACT="tests@example.invalid")
+        proc = subprocess.Popen([LUIGI, "--module", "workflows", "DownloadPart", "--part", big,
+                                 "--data-dir", str(tmp_path / "data"), "--dump-url", srv.url, "--wiki", WIKI,
+                                 "--dump-date", DATE, "--local-scheduler"], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        part = dest / f"{big}.part"
+        deadline = time.time() + 60
+        while not (part.exists() and part.stat().st_size >= 65536) and time.time() < deadline:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        had = part.stat().st_size
+        assert had >= 65536 and not (dest / big).exists()
+
+        r = download(srv, tmp_path / "data", workers=2)
+        assert r.returncode == 0, r.stderr[-3000:]
+        last = srv.log_for(url_path(big))[-1]
+        assert last.range_start == had and last.status == 206 and last.body_sent == len(files[big]) - had
+        assert (dest / big).read_bytes() == files[big] and not part.exists()
+
+
+def test_missing_dump_is_one_line(tmp_path):
+    make_dump(tmp_path / "site")
+    with DumpServer(tmp_path / "site") as srv:
+        r = subprocess.run([LUIGI, "--module", "workflows", "DownloadDump", "--data-dir", str(tmp_path / "d2"),
+                            "--dump-url", srv.url, "--wiki", WIKI, "--dump-date", "20990101", "--local-scheduler"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    errors = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
+    assert errors and "20990101" in errors[0] and "404" in errors[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
