@@ -87,3 +87,19 @@ def test_missing_dump_is_one_line(tmp_path):
     errors = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
     assert errors and "20990101" in errors[0] and "404" in errors[0], r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+
+
+def test_unfinished_dump_is_refused_then_taken_once_done(tmp_path):
+    files = make_dump(tmp_path / "site", status="in-progress")
+    status_file = tmp_path / "site" / WIKI / DATE / "dumpstatus.json"
+    with DumpServer(tmp_path / "site") as srv:
+        r = download(srv, tmp_path / "data", workers=1)
+        assert r.returncode != 0
+        errors = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
+        assert errors and "articlesdump is 'in-progress'" in errors[0], r.stderr[-2000:]
+        # The dump finishes on the server; the same command now takes it (the old local copy is refreshed).
+        status_file.write_text(status_file.read_text().replace('"in-progress"', '"done"'))
+        r = download(srv, tmp_path / "data", workers=2)
+        assert r.returncode == 0, r.stderr[-3000:]
+    dest = tmp_path / "data" / "downloads" / WIKI / DATE
+    assert all((dest / name).read_bytes() == files[name] for name in SPLIT)

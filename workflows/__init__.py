@@ -116,7 +116,12 @@ class DumpTask(PrepTask):
             raise PrepError(f"--dump-date {self.dump_date!r}: give the date of a dump as YYYYMMDD (never 'latest')")
         if not (self.download_dir / "dumpstatus.json").exists():
             download.fetch_dump_status(self.dump_url, self.wiki, self.dump_date, self.download_dir)
-        return download.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
+        try:
+            return download.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
+        except PrepError:
+            # The copy may date from before the dump finished: ask the server once more.
+            download.fetch_dump_status(self.dump_url, self.wiki, self.dump_date, self.download_dir)
+            return download.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
 
     def part_names(self) -> list[str]:
         return [p.name for p in self.parts()]
