@@ -1,0 +1,185 @@
+"""The `wikiprep` command line, run as users run it (a subprocess), on real files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wikiprep.cli import build_parser, decode_example
+from wikiprep.instances import encode_features
+from wikiprep.manifest import write_manifest
+from wikiprep.records import encode_example, INT64, FLOAT, read_records, write_records
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
+VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+INPUTS = FIXTURES / "inputs"
+
+
+@pytest.fixture(scope="module")
+def fixtures() -> Path:
+    if not (FIXTURES / "cases.json").is_file():
+        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
+    return FIXTURES
+
+
+def wikiprep(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    exe = REPO / ".venv" / "bin" / "wikiprep"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "wikiprep.cli"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+
+
+def expected_records(name: str) -> list[bytes]:
+    with gzip.open(FIXTURES / "expected" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+        return [encode_features(json.loads(line)) for line in f]
+
+
+def round_robin(paths: list[Path]) -> list[bytes]:
+    files = [list(read_records(p)) for p in paths]
+    return [files[k % len(files)][k // len(files)] for k in range(sum(map(len, files)))]
+
+
+# ---------------------------------------------------------------------------------------------
+# create-pretraining-data, the drop-in
+
+def test_cased_run_with_false_flag_glob_and_round_robin_outputs(fixtures, tmp_path):
+    outs = [tmp_path / f"part{i}.tfrecord" for i in range(3)]
+    res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/synth*.txt", f"--vocab_file={VOCAB}",
+                   "--output_file=" + ",".join(map(str, outs)), "--do_lower_case=False", "--max_seq_length=128",
+                   "--max_predictions_per_seq=20", "--masked_lm_prob=0.15", "--random_seed=5", "--dupe_factor=1",
+                   "--index_file=" + ",".join(str(p.with_suffix(".index")) for p in outs))
+    assert res.returncode == 0, res.stderr
+    assert "Wrote 462 total instances" in res.stderr
+    assert round_robin(outs) == expected_records("synthetic_128_cased_seed5")
+    assert all(p.with_suffix(".index").is_file() for p in outs)
+
+
+def test_comma_separated_inputs_in_the_order_given(fixtures, tmp_path):
+    out = tmp_path / "two.tfrecord"
+    res = wikiprep("create-pretraining-data", "--input_file", f"{INPUTS}/sample_text.txt,{INPUTS}/synthetic_docs.txt",
+                   "--vocab_file", str(VOCAB), "--output_file", str(out), "--random_seed=9", "--dupe_factor=2")
+    assert res.returncode == 0, res.stderr
+    assert list(read_records(out)) == expected_records("two_files_128_seed9")
+    assert not out.with_suffix(".index").exists()  # no index unless asked for
+
+
+def test_bare_boolean_flag_and_defaults(fixtures, tmp_path):
+    out = tmp_path / "wwm.tfrecord"
+    res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt", f"--vocab_file={VOCAB}",
+                   f"--output_file={out}", "--do_whole_word_mask", "--random_seed=1", "--dupe_factor=3")
+    assert res.returncode == 0, res.stderr
+    assert list(read_records(out)) == expected_records("sample_128_wwm_seed1")
+
+
+def test_flag_spellings_and_defaults_are_the_originals():
+    parse = build_parser().parse_args
+    d = parse(["create-pretraining-data"])
+    assert (d.do_lower_case, d.do_whole_word_mask, d.max_seq_length, d.max_predictions_per_seq, d.random_seed,
+            d.dupe_factor, d.masked_lm_prob, d.short_seq_prob, d.fixed_mask_count) == \
+        (True, False, 128, 20, 12345, 10, 0.15, 0.1, False)
+    for spelling, value in (("--do_lower_case=False", False), ("--do_lower_case=false", False),
+                            ("--do_lower_case=0", False), ("--nodo_lower_case", False),
+                            ("--do_lower_case=True", True), ("--do_lower_case=1", True), ("--do_lower_case", True)):
+        assert parse(["create-pretraining-data", spelling]).do_lower_case is value, spelling
+    with pytest.raises(SystemExit):
+        parse(["create-pretraining-data", "--do_lower_case=maybe"])
+    with pytest.raises(SystemExit):  # no abbreviations: absl has none
+        parse(["create-pretraining-data", "--max_seq=64"])
+
+
+def test_bad_path_is_one_line_and_a_nonzero_exit(fixtures, tmp_path):
+    missing = tmp_path / "nope.txt"
+    for pattern in (str(missing), str(tmp_path / "nothing*.txt")):
+        res = wikiprep("create-pretraining-data", f"--input_file={pattern}", f"--vocab_file={VOCAB}",
+                       f"--output_file={tmp_path / 'o.tfrecord'}")
+        assert res.returncode != 0
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("wikiprep: error: ") and pattern in lines[0], res.stderr
+    res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt",
+                   f"--vocab_file={tmp_path / 'vocab.txt'}", f"--output_file={tmp_path / 'o.tfrecord'}")
+    assert res.returncode != 0 and "vocab.txt" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "o.tfrecord").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# verify, inspect, stats on a small dataset folder
+
+@pytest.fixture(scope="module")
+def dataset(fixtures, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("dataset")
+    shards = [folder / f"wiki_{i:05d}.tfrecord" for i in range(2)]
+    res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt", f"--vocab_file={VOCAB}",
+                   "--output_file=" + ",".join(map(str, shards)),
+                   "--index_file=" + ",".join(str(p.with_suffix(".index")) for p in shards),
+                   "--random_seed=12345", "--dupe_factor=5")
+    assert res.returncode == 0, res.stderr
+    shutil.copy(VOCAB, folder / "vocab.txt")
+    (folder / "dataset.json").write_text(json.dumps({"max_seq_length": 128, "max_predictions_per_seq": 20}))
+    counts = {p.name: len(list(read_records(p))) for p in shards}
+    (folder / "stats.json").write_text(json.dumps({"total": {"instances": sum(counts.values())}}))
+    write_manifest(folder, counts)
+    return folder
+
+
+def test_verify_accepts_a_good_dataset(dataset):
+    res = wikiprep("verify", str(dataset))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith(f"OK {dataset}: 60 records in 2 files")
+
+
+def test_verify_reports_a_changed_byte(dataset, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    shard = copy / "wiki_00001.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    res = wikiprep("verify", str(copy))
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [f"wikiprep: error: {shard}: checksum differs from MANIFEST.json"]
+
+
+def test_verify_parses_records_and_finds_a_bad_label(dataset, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    shard = copy / "wiki_00001.tfrecord"
+    records = [decode_example(r) for r in read_records(shard)]
+    records[3]["next_sentence_labels"] = [2]
+    write_records(shard, [encode_example([(k, FLOAT if k == "masked_lm_weights" else INT64, v)
+                                          for k, v in ex.items()]) for ex in records],
+                  shard.with_suffix(".index"))
+    write_manifest(copy, {"wiki_00000.tfrecord": 30, "wiki_00001.tfrecord": 30})
+    res = wikiprep("verify", str(copy))
+    assert res.returncode == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "next_sentence_labels" in lines[0] and str(shard) in lines[0], res.stderr
+
+
+def test_inspect_shows_tokens_with_the_vocab_beside(dataset):
+    res = wikiprep("inspect", str(dataset / "wiki_00000.tfrecord"), "-n", "2")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("--- record") == 2
+    assert "input_ids: [CLS] " in res.stdout and "next_sentence_labels: " in res.stdout
+
+
+def test_stats_writes_a_report(dataset, tmp_path):
+    out = tmp_path / "report"
+    res = wikiprep("stats", str(dataset), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    st = json.loads((out / "stats.json").read_text())
+    records = [decode_example(r) for p in sorted(dataset.glob("*.tfrecord")) for r in read_records(p)]
+    assert st["records"] == len(records) == 60
+    assert st["random_next"] == sum(r["next_sentence_labels"][0] for r in records)
+    assert st["full_length"] == sum(1 for r in records if sum(r["input_mask"]) == 128)
+    assert sum(st["masked_count_histogram"].values()) == 60
+    assert st["bytes_per_file"]["min"] <= st["bytes_per_file"]["max"]
+    assert st["unk_rate"] is not None
+    assert "random next" in (out / "report.txt").read_text()

@@ -1,0 +1,342 @@
+"""wikiprep.instances and wikiprep.tokenization against google-research/bert's reference output.
+
+The fixtures (../shared/fixtures/google-reference) hold the instances the original
+create_pretraining_data.py wrote for 9 flag combinations; every feature of every instance must
+match. `benchmarks/bench_instances.py` holds a plain port of the original (strings, character by
+character) used here as an independent oracle for inputs and flags the fixtures do not cover.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wikiprep.errors import PrepError
+from wikiprep.instances import (create_pretraining_file, encode_features, generate_instances, read_corpus,
+                                write_pretraining_files)
+from wikiprep.records import check_index, read_records
+from wikiprep.tokenization import FullTokenizer, Vocab
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
+CASES = json.loads((FIXTURES / "cases.json").read_text()) if (FIXTURES / "cases.json").is_file() else None
+CASE_NAMES = [c["name"] for c in CASES["cases"]] if CASES else ["(fixtures absent)"]
+
+
+@pytest.fixture(scope="module")
+def fixtures() -> Path:
+    if CASES is None:
+        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
+    return FIXTURES
+
+
+def _case(name: str) -> dict:
+    return next(c for c in CASES["cases"] if c["name"] == name)
+
+
+def _inputs(case: dict) -> list[str]:
+    return [str(FIXTURES / p) for p in case["input_files"]]
+
+
+def _vocab() -> str:
+    return str(FIXTURES / CASES["vocab_file"])
+
+
+def _expected(name: str) -> list[dict]:
+    with gzip.open(FIXTURES / "expected" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    spec = importlib.util.spec_from_file_location("bench_instances", REPO / "benchmarks" / "bench_instances.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _first_difference(got: list[dict], expected: list[dict]) -> str | None:
+    if len(got) != len(expected):
+        return f"{len(got)} instances, expected {len(expected)}"
+    for k, (g, e) in enumerate(zip(got, expected)):
+        if g != e:
+            names = [n for n in e if g.get(n) != e[n]]
+            return f"instance {k}: {names} differ, e.g. {names[0]}: {g.get(names[0])} != {e[names[0]]}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The 9 reference runs
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_every_feature_of_every_instance_matches_the_original(fixtures, name):
+    case = _case(name)
+    got = list(generate_instances(_inputs(case), _vocab(), **case["flags"]))
+    assert len(got) == case["count"]
+    assert _first_difference(got, _expected(name)) is None
+
+
+@pytest.mark.parametrize("name,outputs", [("two_files_128_seed9", 3), ("sample_128_wwm_seed1", 1),
+                                          ("synthetic_64_mask10_short05_seed42", 2)])
+def test_written_records_are_the_reference_instances_round_robin(fixtures, tmp_path, name, outputs):
+    case = _case(name)
+    paths = [tmp_path / f"out_{i}.tfrecord" for i in range(outputs)]
+    indexes = [tmp_path / f"out_{i}.index" for i in range(outputs)]
+    stats = write_pretraining_files(_inputs(case), _vocab(), [str(p) for p in paths], [str(p) for p in indexes],
+                                    **case["flags"])
+    files = [list(read_records(p)) for p in paths]
+    for p, i in zip(paths, indexes):
+        assert check_index(p, i) == len(list(read_records(p)))
+    merged = [files[k % outputs][k // outputs] for k in range(sum(map(len, files)))]
+    # encode_features is records.encode_example: the written bytes are the canonical encoding
+    assert merged == [encode_features(e) for e in _expected(name)]
+    assert stats["instances"] == case["count"]
+    assert stats["random_next"] == sum(e["next_sentence_labels"][0] for e in _expected(name))
+    assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in paths + indexes)  # no temporary left
+
+
+TF_PARSE = r"""
+import json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"; os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+import tensorflow as tf
+path, seq, pred = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+spec = {n: tf.io.FixedLenFeature([seq], tf.int64) for n in ("input_ids", "input_mask", "segment_ids")}
+spec.update({n: tf.io.FixedLenFeature([pred], tf.int64) for n in ("masked_lm_positions", "masked_lm_ids")})
+spec["masked_lm_weights"] = tf.io.FixedLenFeature([pred], tf.float32)
+spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+for raw in tf.data.TFRecordDataset(path):
+    ex = tf.io.parse_single_example(raw, spec)
+    print(json.dumps({k: v.numpy().tolist() for k, v in sorted(ex.items())}))
+"""
+
+
+def test_tensorflow_parses_the_file_with_the_contract_schema(fixtures, tmp_path):
+    name = "synthetic_384_mask56_dup2_seed3"
+    case = _case(name)
+    out = tmp_path / "wiki_00000.tfrecord"
+    create_pretraining_file(_inputs(case), _vocab(), str(out), str(tmp_path / "wiki_00000.index"), **case["flags"])
+    res = subprocess.run([sys.executable, "-c", TF_PARSE, str(out), "384", "56"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    parsed = [json.loads(line) for line in res.stdout.splitlines()]
+    assert _first_difference(parsed, _expected(name)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Beyond the fixtures: the ported original as oracle
+
+EDGE_INPUT = "\n".join([
+    "Der Große Preis von Österreich fand 1970 statt.",
+    "ΟΔΟΣ ΣΟΦΟΣ είναι ένα όνομα; Σ.",
+    "\u200b",                     # a line of only a format character: no tokens, no document break
+    "\x1c",                       # stripped to nothing by str.strip(): a document break
+    "Zero\u200bwidth, soft\u00adhyphen, NUL\x00inside, bad\ufffdchar, nbsp\u00a0space, tab\tsep.",
+    "漢字とかなの混じった文。中文字符测试。",
+    "ﬁne ligature ﬂow, İstanbul, Œuvre, naïve café, résumé!",
+    "x" * 201 + " " + "y" * 200 + " supercalifragilisticexpialidocious",
+    "",
+    "",
+    "A document after two blank lines: $5 ^up^ `tick` ~tilde~ |pipe| {brace} [bracket].",
+    "One more sentence with numbers 3.14159 and 2,718 and e-mail a.b@c.org.",
+    "",
+    "Single sentence document.",
+    "",
+    " ".join(f"word{i}" for i in range(400)) + ".",   # far longer than any sequence
+    "Short tail.",
+    "A carriage\rreturn inside a line, and a CRLF ending.\r",
+]) + "\n"
+
+
+@pytest.mark.parametrize("flags", [
+    dict(max_seq_length=32, max_predictions_per_seq=5, masked_lm_prob=0.15, random_seed=77, dupe_factor=3,
+         short_seq_prob=0.3, do_whole_word_mask=True, do_lower_case=True),
+    dict(max_seq_length=48, max_predictions_per_seq=8, masked_lm_prob=0.2, random_seed=5, dupe_factor=2,
+         do_lower_case=False),
+])
+def test_edge_case_input_matches_the_ported_original(fixtures, reference, tmp_path, flags):
+    text = tmp_path / "edge.txt"
+    text.write_bytes(EDGE_INPUT.encode("utf-8") + b"invalid \xff\xfe utf-8 bytes are dropped\n")
+    files = [str(text), str(FIXTURES / "inputs" / "sample_text.txt")]
+    ours = list(generate_instances(files, _vocab(), **flags))
+    theirs = reference.reference_instances(files, _vocab(), **flags)
+    assert ours and _first_difference(ours, theirs) is None
+
+
+def test_the_ported_original_reproduces_a_fixture(fixtures, reference):
+    case = _case("sample_128_wwm_seed1")  # the oracle above is only as good as this
+    assert _first_difference(reference.reference_instances(_inputs(case), _vocab(), **case["flags"]),
+                             _expected(case["name"])) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenization
+
+def _tiny_vocab(tmp_path: Path, words: list[str]) -> Vocab:
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n", encoding="utf-8")
+    return Vocab(path)
+
+
+def test_greek_final_sigma_is_lowercased_as_python_does(tmp_path):
+    final, medial = "\u03c2", "\u03c3"  # ς, σ
+    vocab = _tiny_vocab(tmp_path, ["\u03bf\u03b4\u03bf" + final, "\u03c3\u03bf\u03c6\u03bf" + medial])
+    tok = FullTokenizer(vocab)
+    # str.lower() ends a word with the final form ς; HF tokenizers gives σ
+    assert tok.tokenize("\u039f\u0394\u039f\u03a3") == ["\u03bf\u03b4\u03bf" + final]   # ΟΔΟΣ -> οδος
+    assert tok.tokenize("\u03a3\u039f\u03a6\u039f\u03a3") == ["[UNK]"]  # ΣΟΦΟΣ -> σοφος, not σοφοσ
+
+
+def test_words_over_200_characters_are_unknown(tmp_path):
+    tok = FullTokenizer(_tiny_vocab(tmp_path, ["a", "##a"]))
+    assert tok.tokenize("a" * 200) == ["a"] + ["##a"] * 199
+    assert tok.tokenize("a" * 201) == ["[UNK]"]  # HF tokenizers cuts at 100 characters
+
+
+def test_greedy_longest_match_first_and_unknown_pieces(tmp_path):
+    tok = FullTokenizer(_tiny_vocab(tmp_path, ["un", "una", "##aff", "##able", "##ffable", "aff"]))
+    assert tok.tokenize("unaffable") == ["una", "##ffable"]  # longest first piece wins, not the best split
+    assert tok.tokenize("unaffablex") == ["[UNK]"]  # one missing piece makes the whole word unknown
+    assert tok.tokenize("UnAffable aff") == ["una", "##ffable", "aff"]
+
+
+def test_cleaning_spacing_accents_and_punctuation(fixtures):
+    lower = FullTokenizer(Vocab(_vocab()), do_lower_case=True)
+    cased = FullTokenizer(Vocab(_vocab()), do_lower_case=False)
+    assert lower.tokenize("th\x00e ca\ufffdt wo\u200brld hel\u00adlo") == ["the", "cat", "world", "hello"]  # dropped
+    assert lower.tokenize("a\u00a0b\u2003c\td") == ["a", "b", "c", "d"]  # Zs and tab are spaces
+    assert lower.tokenize("中文") == ["中", "文"]
+    assert lower.tokenize("Café Naïve") == ["cafe", "naive"]
+    assert cased.tokenize("the") == ["the"] and "cafe" not in cased.tokenize("Café")  # no lower case, no NFD
+    assert lower.tokenize("a$b^c`d~e") == ["a", "$", "b", "^", "c", "`", "d", "~", "e"]  # ASCII non-alnum
+    assert lower.tokenize("«quote»") == ["«", "quote", "»"]  # Unicode P*
+
+
+def test_symbols_are_not_punctuation(tmp_path):
+    tok = FullTokenizer(_tiny_vocab(tmp_path, ["x", "y", "→", "##→", "##y", "€", "##€"]))
+    assert tok.tokenize("x→y") == ["x", "##→", "##y"]  # Sm stays inside the word
+    assert tok.tokenize("x€") == ["x", "##€"]  # Sc too (only ASCII symbols split)
+
+
+def test_fast_paths_equal_the_character_by_character_original(fixtures, reference):
+    rng = random.Random(1234)
+    alphabet = ("abcXYZ019 .,;!?'\"()[]$^`~-_\t\x00\x07\x1c\x7f\x85\u00a0\u00ad\u200b\u2028\ufffd"
+                "éÉïÖßΣσςΑΩİıŒæﬁﬂ中文字日本ひらカタ한국«»—…→€¿¡\u0301\u0308")
+    vocab_file = _vocab()
+    for lower in (True, False):
+        ours = FullTokenizer(Vocab(vocab_file), do_lower_case=lower)
+        theirs = reference.ReferenceTokenizer(vocab_file, do_lower_case=lower)
+        for _ in range(1500):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
+            if rng.random() < 0.1:
+                text += "q" * rng.choice((199, 200, 201))
+            assert ours.tokenize(text) == theirs.tokenize(text), repr(text)
+
+
+def test_lines_are_read_as_tensorflow_gfile_reads_them(fixtures, tmp_path):
+    text = tmp_path / "crlf.txt"
+    text.write_bytes(b"Hello wor\rld.\r\n\r\nSecond doc\xff here.\r\nlast line without an end")
+    vocab = Vocab(_vocab())
+    corpus = read_corpus([str(text)], vocab)
+    id_of = {b: i for i, b in enumerate(corpus.table)}
+    sentences = [vocab.tokens(id_of[t] for t in corpus.tokens[a:b])
+                 for a, b in zip(corpus.sentence_starts, corpus.sentence_starts[1:])]
+    # TensorFlow's ReadLine drops every '\r' (it does not end a line); bad UTF-8 bytes are dropped
+    assert sentences == [["hello", "world", "."], ["second", "doc", "here", "."], ["last", "line", "without", "an",
+                                                                                  "end"]]
+    assert corpus.num_documents == 2 and corpus.bytes_read == text.stat().st_size
+
+
+def test_vocab_duplicates_follow_the_original_ordered_dict(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\nhello\n", encoding="utf-8")
+    vocab = Vocab(path)
+    assert vocab.ids["hello"] == 7  # the last line wins the id
+    assert vocab.words == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"]  # first position kept
+    assert vocab.word_ids() == [0, 1, 2, 3, 4, 7, 6]
+
+
+# ---------------------------------------------------------------------------------------------
+# Options, determinism, errors
+
+def test_fixed_mask_count_gives_full_sequences_exactly_max_predictions(fixtures):
+    case = _case("synthetic_128_dup5_seed12345")
+    flags = dict(case["flags"], dupe_factor=1)
+    seq, pred, prob = flags["max_seq_length"], flags["max_predictions_per_seq"], flags["masked_lm_prob"]
+    plain = list(generate_instances(_inputs(case), _vocab(), **flags))
+    fixed = list(generate_instances(_inputs(case), _vocab(), fixed_mask_count=True, **flags))
+    full = 0
+    for ex in fixed:
+        n, m = sum(ex["input_mask"]), int(sum(ex["masked_lm_weights"]))
+        assert m == max(min(pred, max(1, round(n * prob))), n - seq + pred)
+        if n == seq:
+            full += 1
+            assert m == pred
+    assert full > 100
+    assert {int(sum(e["masked_lm_weights"])) for e in plain if sum(e["input_mask"]) == seq} == {19}
+
+
+def test_same_inputs_and_seed_give_byte_identical_files(fixtures, tmp_path):
+    case = _case("two_files_128_seed9")
+    digests, stats = [], []
+    for run in ("a", "b"):
+        out = tmp_path / run / "wiki_00000.tfrecord"
+        stats.append(create_pretraining_file(_inputs(case), _vocab(), str(out), str(out.with_suffix(".index")),
+                                             **case["flags"]))
+        digests.append([hashlib.sha256(p.read_bytes()).hexdigest() for p in (out, out.with_suffix(".index"))])
+    assert digests[0] == digests[1]
+    assert stats[0] == stats[1]
+    other = tmp_path / "c" / "wiki_00000.tfrecord"
+    create_pretraining_file(_inputs(case), _vocab(), str(other), None, **dict(case["flags"], random_seed=10))
+    assert hashlib.sha256(other.read_bytes()).hexdigest() != digests[0][0]
+
+
+def test_stats_describe_the_instances(fixtures, tmp_path):
+    case = _case("sample_512_mask76_dup2_seed7")
+    expected = _expected(case["name"])
+    st = create_pretraining_file(_inputs(case), _vocab(), str(tmp_path / "x.tfrecord"), None, **case["flags"])
+    assert st["instances"] == len(expected)
+    assert st["full_length"] == sum(1 for e in expected if sum(e["input_mask"]) == 512)
+    assert st["masked_tokens"] == sum(int(sum(e["masked_lm_weights"])) for e in expected)
+    assert sum(st["masked_count_histogram"].values()) == len(expected)
+    assert st["documents"] > 0 and st["sentences"] > st["documents"] and st["tokens"] > st["sentences"]
+    json.dumps(st)  # the Luigi receipt stores it
+
+
+def test_bad_input_is_one_clear_error_and_leaves_nothing(fixtures, tmp_path):
+    out = tmp_path / "out" / "wiki_00000.tfrecord"
+    good = str(FIXTURES / "inputs" / "sample_text.txt")
+
+    def fails(inputs, vocab=_vocab(), **flags) -> str:
+        with pytest.raises(PrepError) as e:
+            create_pretraining_file(inputs, vocab, str(out), str(out.with_suffix(".index")), dupe_factor=1, **flags)
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    missing = tmp_path / "missing.txt"
+    assert str(missing) in fails([good, str(missing)])
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n   \n\u200b\n")
+    assert str(blank) in fails([str(blank)]) and "no documents" in fails([str(blank)])
+    packed = tmp_path / "text.txt.gz"
+    packed.write_bytes(gzip.compress(b"some text\n"))
+    assert "gzip" in fails([str(packed)])
+    binary = tmp_path / "random.bin"
+    binary.write_bytes(random.Random(0).randbytes(50_000))
+    assert "not UTF-8" in fails([str(binary)])
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes("One sentence.\n".encode("utf-16"))
+    assert "UTF-16" in fails([str(utf16)])
+    no_mask = tmp_path / "vocab.txt"
+    no_mask.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
+    assert str(no_mask) in fails([good], vocab=str(no_mask)) and "[MASK]" in fails([good], vocab=str(no_mask))
+    assert "max_seq_length" in fails([good], max_seq_length=4)
+    assert not out.parent.exists() or not any(out.parent.iterdir())

@@ -1,0 +1,657 @@
+"""BERT pre-training instances (masked LM + next sentence), the same as google-research/bert makes.
+
+For the same input files, vocab, flags and seed this module writes the instances of
+google-research/bert's `create_pretraining_data.py` (Apache-2.0, Copyright 2018 The Google AI
+Language Team Authors), in the same order, every feature equal. That needs the same
+`random.Random(seed)` call sequence as the original, so `_generate` follows its algorithm step
+by step; comments mark each draw. The call order is:
+
+  1. shuffle(documents)
+  2. per dupe pass, per document: random() < short_seq_prob [then randint(2, max_num_tokens)];
+     per chunk: [randint(1, n-1) if n >= 2], [random() < 0.5 if n >= 2] (a one-segment chunk is
+     always random-next); random next: up to 10 x randint(0, D-1) then randint(0, len(doc)-1);
+     truncation: one random() per removed token; masking: shuffle(candidates), then per masked
+     token random() < 0.8 [then random() < 0.5 [then randint(0, V-1)]].
+  3. shuffle(instances)
+
+What differs is the representation, not the result. The corpus is one flat list of tokens with
+sentence and document offsets, and segments are index ranges into it. A token is held as the
+protobuf varint encoding of its id, one shared `bytes` object per vocab entry (8 bytes of list
+per token), so an instance's `input_ids` field is a single `b"".join`. Each finished instance is
+encoded at once and spilled to a temporary file beside the output; memory holds the corpus and
+a few bytes per instance where the original holds every instance as lists of strings. The
+final shuffle permutes record offsets.
+
+`fixed_mask_count=True` is Graphcore's variant (a full-length sequence always gets exactly
+`max_predictions_per_seq` masks); it changes how many tokens are masked, not the draw order.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+import random
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from .errors import PrepError
+from .records import FLOAT, INT64, RecordWriter, encode_example, varint
+from .tokenization import FullTokenizer, Vocab
+
+_READ_BLOCK = 1 << 22
+_NOT_TEXT_MAGIC = {b"\x1f\x8b": "a gzip file; decompress it first", b"BZh": "a bzip2 file; decompress it first",
+                   b"\xfd7zXZ": "an xz file; decompress it first",
+                   b"\x28\xb5\x2f\xfd": "a zstd file; decompress it first",
+                   b"PK\x03\x04": "a zip file; unpack it first",
+                   b"\xff\xfe": "UTF-16 text; convert it to UTF-8", b"\xfe\xff": "UTF-16 text; convert it to UTF-8"}
+
+
+@dataclass(frozen=True)
+class Options:
+    """The original's flags (same names and defaults) plus Graphcore's fixed mask count."""
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 10
+    do_whole_word_mask: bool = False
+    fixed_mask_count: bool = False
+
+    def check(self) -> None:
+        if self.max_seq_length < 5:
+            raise PrepError(f"max_seq_length={self.max_seq_length}: must be at least 5 ([CLS] A [SEP] B [SEP])")
+        if self.max_predictions_per_seq < 0:
+            raise PrepError(f"max_predictions_per_seq={self.max_predictions_per_seq}: must be >= 0")
+        if self.dupe_factor < 1:
+            raise PrepError(f"dupe_factor={self.dupe_factor}: must be >= 1")
+        if not 0.0 <= self.masked_lm_prob <= 1.0:
+            raise PrepError(f"masked_lm_prob={self.masked_lm_prob}: must be within [0, 1]")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise PrepError(f"short_seq_prob={self.short_seq_prob}: must be within [0, 1]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the corpus
+
+class Corpus:
+    """Every non-empty document of the input, tokenized: one flat token list plus offsets.
+
+    Sentence s is `tokens[sentence_starts[s]:sentence_starts[s + 1]]`; document d (input order)
+    holds sentences `doc_starts[d]` up to `doc_starts[d + 1]`. Tokens are `table[id]`, the
+    varint encodings of the ids (`id_of` maps them back).
+    """
+
+    def __init__(self, table: list[bytes]):
+        self.table = table
+        self.tokens: list[bytes] = []
+        self.sentence_starts = array("q", [0])
+        self.doc_starts = array("q", [0])
+        self.files: list[str] = []
+        self.bytes_read = 0
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.doc_starts) - 1
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.sentence_starts) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+
+def varint_table(size: int) -> list[bytes]:
+    """`table[i]` = protobuf varint of i, one shared object per value."""
+    return [varint(i) for i in range(size)]
+
+
+def _check_text_file(path: str, head: bytes) -> None:
+    for magic, what in _NOT_TEXT_MAGIC.items():
+        if head.startswith(magic):
+            raise PrepError(f"{path}: looks like {what} (input must be UTF-8 text, one sentence a line)")
+    sample = head[:65536]
+    if len(sample) - len(sample.decode("utf-8", "ignore").encode("utf-8")) > len(sample) // 10:
+        raise PrepError(f"{path}: not UTF-8 text (over 10% of its first 64 KiB does not decode)")
+
+
+def _lines(path: str, counter: list[int]) -> Iterator[str]:
+    """Lines of `path` as the original reads them with `tf.gfile.GFile.readline`: split on '\\n'
+    only, every '\\r' byte dropped (TensorFlow's ReadLine never returns one), decoded as UTF-8
+    (bad bytes dropped, as `convert_to_unicode` does). Adds the bytes read to `counter[0]`."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise PrepError(f"{path}: input file not found") from None
+    except IsADirectoryError:
+        raise PrepError(f"{path}: is a directory, not an input text file") from None
+    except OSError as e:
+        raise PrepError(f"{path}: cannot read ({e.strerror})") from None
+    decoder = codecs.getincrementaldecoder("utf-8")("ignore")
+    with f:
+        tail, first = "", True
+        while True:
+            try:
+                block = f.read(_READ_BLOCK)
+            except OSError as e:
+                raise PrepError(f"{path}: cannot read ({e.strerror})") from None
+            if first:
+                _check_text_file(path, block)
+                first = False
+            counter[0] += len(block)
+            text = tail + decoder.decode(block.replace(b"\r", b""), final=not block)
+            if not block:
+                if text:
+                    yield text
+                return
+            lines = text.split("\n")
+            tail = lines.pop()
+            yield from lines
+
+
+def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = True) -> Corpus:
+    """Tokenize `input_files` in order: one sentence per line, blank lines between documents.
+
+    As in the original, a document may run on from one file into the next (nothing closes a
+    document at the end of a file), lines giving no tokens are skipped and empty documents dropped.
+    """
+    corpus = Corpus(varint_table(vocab.size))
+    tokens, sent_starts, doc_starts = corpus.tokens, corpus.sentence_starts, corpus.doc_starts
+    encode = FullTokenizer(vocab, do_lower_case, token_table=corpus.table).encode
+    counter = [0]
+    for path in input_files:
+        path = os.fspath(path)
+        corpus.files.append(path)
+        try:
+            for line in _lines(path, counter):
+                line = line.strip()
+                if not line:
+                    if len(sent_starts) - 1 > doc_starts[-1]:  # a blank line ends a non-empty document
+                        doc_starts.append(len(sent_starts) - 1)
+                    continue
+                line_tokens = encode(line)
+                if line_tokens:
+                    tokens += line_tokens
+                    sent_starts.append(len(tokens))
+        except PrepError as e:
+            if path in str(e):
+                raise
+            raise PrepError(f"{path}: {e}") from None
+    if len(sent_starts) - 1 > doc_starts[-1]:
+        doc_starts.append(len(sent_starts) - 1)
+    corpus.bytes_read = counter[0]
+    if corpus.num_documents == 0:
+        names = ", ".join(corpus.files) or "(no input files)"
+        raise PrepError(f"{names}: no documents (every line is blank or gives no tokens)")
+    return corpus
+
+
+# ---------------------------------------------------------------------------------------------
+# The generator
+
+# emit(tokens, len_a, len_b, masked_positions, masked_labels, is_random_next): `tokens` is
+# [CLS] A [SEP] B [SEP] after masking, `masked_labels` the original tokens at the sorted
+# `masked_positions` (ints); tokens and labels are varint-encoded ids (see Corpus).
+Emit = Callable[[list, int, int, list, list, bool], None]
+
+# Per candidate-list length n: the (x, bits of x + 1) pairs random.Random.shuffle draws with.
+_SHUFFLE_STEPS: dict[int, list[tuple[int, int]]] = {}
+
+
+def _shuffle_steps(n: int) -> list[tuple[int, int]]:
+    steps = _SHUFFLE_STEPS.get(n)
+    if steps is None:
+        steps = _SHUFFLE_STEPS[n] = [(x, (x + 1).bit_length()) for x in range(n - 1, 0, -1)]
+    return steps
+
+
+def _split_shuffle_steps(n: int, keep: int) -> tuple[list, list]:
+    """The shuffle steps of an n-list split at the first step whose place is below `keep`."""
+    steps = _shuffle_steps(n)
+    cut = max(0, n - max(keep, 1))
+    return steps[:cut], steps[cut:]
+
+
+def _shuffled_documents(corpus: Corpus, rng: random.Random) -> tuple[list[int], list[int]]:
+    """(first sentence, sentence count) of every document, after the original's shuffle."""
+    order = list(range(corpus.num_documents))
+    rng.shuffle(order)  # draw: shuffle(all_documents)
+    starts = corpus.doc_starts
+    return [starts[d] for d in order], [starts[d + 1] - starts[d] for d in order]
+
+
+def _generate(corpus: Corpus, vocab: Vocab, opts: Options, rng: random.Random, emit: Emit) -> None:
+    """Every instance of every dupe pass, in the original's creation order (before its final shuffle).
+
+    Random draws go straight to `rng.random` and `rng.getrandbits`, the primitives behind the
+    original's `randint` and `shuffle` (`randint(a, b)` is `a + _randbelow(b - a + 1)`, and
+    `_randbelow(n)` draws `getrandbits(n.bit_length())` until the value is below n), so the
+    Mersenne Twister is consumed word for word as in the original, without its per-call overhead.
+    """
+    doc_first, doc_len = _shuffled_documents(corpus, rng)
+    n_docs = len(doc_first)
+    tokens_all = corpus.tokens
+    starts = corpus.sentence_starts
+    table = corpus.table
+    max_num_tokens = opts.max_seq_length - 3
+    seq_len = opts.max_seq_length
+    max_pred = opts.max_predictions_per_seq
+    mlm_prob = opts.masked_lm_prob
+    short_prob = opts.short_seq_prob
+    fixed = opts.fixed_mask_count
+    whole_word = opts.do_whole_word_mask
+    cls, sep, mask = table[vocab.cls_id], table[vocab.sep_id], table[vocab.mask_id]
+    replacements = [table[i] for i in vocab.word_ids()]  # vocab[vocab_words[r]]: the whole vocab, file order
+    n_replacements = len(replacements)
+    replacement_bits = n_replacements.bit_length()
+    continuation = frozenset(table[i] for i, flag in enumerate(vocab.continuation_flags()) if flag)
+    rnd = rng.random
+    grb = rng.getrandbits
+    positions_base = list(range(seq_len))
+    split_steps: dict[tuple[int, int], tuple[list, list]] = {}
+
+    def randbelow(n: int) -> int:
+        k = n.bit_length()
+        r = grb(k)
+        while r >= n:
+            r = grb(k)
+        return r
+
+    def mask_tokens(tokens: list, la: int, n_tok: int) -> tuple[list, list]:
+        """create_masked_lm_predictions: mask `tokens` in place; (sorted positions, original tokens)."""
+        num_to_predict = min(max_pred, max(1, int(round(n_tok * mlm_prob))))
+        if fixed:  # Graphcore: leave at most max_seq_length - max_pred tokens unmasked
+            num_to_predict = max(num_to_predict, n_tok - seq_len + max_pred)
+        cand = positions_base[1:la + 1]  # every position but [CLS] and the two [SEP]s
+        cand += positions_base[la + 2:n_tok - 1]
+        if not whole_word:
+            # draws: shuffle(cand_indexes). Only its first num_to_predict places are read afterwards,
+            # so above them the element that moves up is not stored (the draws are the same).
+            split = split_steps.get((n_tok - 3, num_to_predict))
+            if split is None:
+                split = split_steps[(n_tok - 3, num_to_predict)] = _split_shuffle_steps(n_tok - 3, num_to_predict)
+            upper, lower = split
+            for x, k in upper:
+                y = grb(k)
+                while y > x:
+                    y = grb(k)
+                cand[y] = cand[x]
+            for x, k in lower:
+                y = grb(k)
+                while y > x:
+                    y = grb(k)
+                cand[x], cand[y] = cand[y], cand[x]
+            chosen = cand[:num_to_predict]
+        else:
+            # Words: a `##` piece joins the previous word, even across the [SEP] between A and B.
+            # Word w is cand[starts[w]:starts[w + 1]]; shuffling word numbers draws as shuffling words.
+            starts = [i for i, p in enumerate(cand) if not i or tokens[p] not in continuation]
+            words = positions_base[:len(starts)]
+            starts.append(len(cand))
+            for x, k in _shuffle_steps(len(words)):  # draws: shuffle(cand_indexes)
+                y = grb(k)
+                while y > x:
+                    y = grb(k)
+                words[x], words[y] = words[y], words[x]
+            chosen = []
+            for w in words:
+                if len(chosen) >= num_to_predict:
+                    break
+                w0, w1 = starts[w], starts[w + 1]
+                if len(chosen) + w1 - w0 > num_to_predict:
+                    continue  # a whole word that does not fit is skipped
+                chosen += cand[w0:w1]  # words never overlap: the original's covered-check never fires
+        positions = sorted(chosen)
+        labels = [tokens[p] for p in positions]  # taken before masking changes them
+        for pos in chosen:  # draws per masked token, in shuffled order: 80% [MASK], 10% kept, 10% random word
+            if rnd() < 0.8:
+                tokens[pos] = mask
+            elif rnd() < 0.5:
+                pass
+            else:
+                r = grb(replacement_bits)
+                while r >= n_replacements:
+                    r = grb(replacement_bits)
+                tokens[pos] = replacements[r]
+        return positions, labels
+
+    for _ in range(opts.dupe_factor):
+        for d in range(n_docs):
+            first = doc_first[d]
+            n_sent = doc_len[d]
+            last = n_sent - 1
+            target = max_num_tokens
+            if rnd() < short_prob:  # draw: short target, once per document and pass
+                target = 2 + randbelow(max_num_tokens - 1)
+            i = 0
+            chunk_n = 0
+            length = 0
+            while i < n_sent:
+                s = first + i
+                length += starts[s + 1] - starts[s]
+                chunk_n += 1
+                if i == last or length >= target:
+                    c0 = s - chunk_n + 1
+                    a_end = 1 + randbelow(chunk_n - 1) if chunk_n >= 2 else 1  # draw: end of A
+                    a0 = starts[c0]
+                    a1 = starts[c0 + a_end]
+                    if chunk_n == 1 or rnd() < 0.5:  # draw: random next (none for a one-segment chunk)
+                        is_random = True
+                        target_b = target - (a1 - a0)
+                        for _try in range(10):  # draws: random document; after 10 hits it may stay d
+                            r_doc = randbelow(n_docs)
+                            if r_doc != d:
+                                break
+                        r_first = doc_first[r_doc]
+                        j = r_first + randbelow(doc_len[r_doc])  # draw: first sentence of B
+                        r_last = r_first + doc_len[r_doc] - 1
+                        b0 = starts[j]
+                        b1 = starts[j + 1]
+                        while b1 - b0 < target_b and j < r_last:
+                            j += 1
+                            b1 = starts[j + 1]
+                        i -= chunk_n - a_end  # put the unused segments back
+                    else:
+                        is_random = False
+                        b0 = a1
+                        b1 = starts[s + 1]
+                    # Truncate the longer side (B on ties), one draw per removed token: front or back.
+                    la = a1 - a0
+                    lb = b1 - b0
+                    while la + lb > max_num_tokens:
+                        if la > lb:
+                            if rnd() < 0.5:
+                                a0 += 1
+                            else:
+                                a1 -= 1
+                            la -= 1
+                        else:
+                            if rnd() < 0.5:
+                                b0 += 1
+                            else:
+                                b1 -= 1
+                            lb -= 1
+                    tokens = [cls, *tokens_all[a0:a1], sep, *tokens_all[b0:b1], sep]
+                    n_tok = la + lb + 3
+
+                    positions, labels = mask_tokens(tokens, la, n_tok)
+                    emit(tokens, la, lb, positions, labels, is_random)
+                    chunk_n = 0
+                    length = 0
+                i += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+def instance_features(ids: list[int], len_a: int, len_b: int, positions: list[int], label_ids: list[int],
+                      is_random: bool, max_seq_length: int, max_predictions_per_seq: int) -> dict[str, list]:
+    """The seven padded features of one instance (ids as ints), as the original writes them."""
+    n, m = len(ids), len(positions)
+    pad, mpad = max_seq_length - n, max_predictions_per_seq - m
+    return {
+        "input_ids": list(ids) + [0] * pad,
+        "input_mask": [1] * n + [0] * pad,
+        "segment_ids": [0] * (len_a + 2) + [1] * (len_b + 1) + [0] * pad,
+        "masked_lm_positions": list(positions) + [0] * mpad,
+        "masked_lm_ids": list(label_ids) + [0] * mpad,
+        "masked_lm_weights": [1.0] * m + [0.0] * mpad,
+        "next_sentence_labels": [1 if is_random else 0],
+    }
+
+
+def encode_features(features: dict[str, list]) -> bytes:
+    """The `tf.train.Example` bytes of a feature dict, by records.encode_example."""
+    return encode_example([(name, FLOAT if name == "masked_lm_weights" else INT64, values)
+                           for name, values in features.items()])
+
+
+class InstanceEncoder:
+    """Record bytes of an instance, equal to `encode_features(instance_features(...))`, several times faster.
+
+    A record is the Example header and one map entry per feature in sorted name order, each
+    entry a head (key, lengths) and the packed values. input_mask and segment_ids hold one-byte
+    varints (0 or 1), so their packed values are runs of b"\\x00"/b"\\x01" and their heads are
+    fixed; the masked_lm_weights and next_sentence_labels entries take few values and are made
+    once by `encode_example`. input_ids and masked_lm_ids join the varint-encoded tokens; their
+    heads depend only on the packed length and are cached.
+    """
+
+    def __init__(self, max_seq_length: int, max_predictions_per_seq: int):
+        self.seq = max_seq_length
+        self.max_pred = max_predictions_per_seq
+        self._positions = varint_table(max_seq_length + 1)
+        self._zeros = [b"\x00" * k for k in range(max_seq_length + 1)]
+        self._ones = [b"\x01" * k for k in range(max_seq_length + 1)]
+        self._heads: dict[tuple[bytes, int], bytes] = {}
+        self._mask_head = self._head(_KEY_INPUT_MASK, max_seq_length)
+        self._segment_head = self._head(_KEY_SEGMENT_IDS, max_seq_length)
+        self._weight_entries = [
+            self._entry("masked_lm_weights", FLOAT, [1.0] * m + [0.0] * (max_predictions_per_seq - m))
+            for m in range(max_predictions_per_seq + 1)]
+        self._label_entries = [self._entry("next_sentence_labels", INT64, [v]) for v in (0, 1)]
+
+    @staticmethod
+    def _entry(name: str, kind: str, values: list) -> bytes:
+        """The map entry of one feature, cut out of a one-feature Example made by encode_example."""
+        whole = encode_example([(name, kind, values)])
+        return whole[_header_length(whole):]
+
+    def _head(self, key: bytes, packed_length: int) -> bytes:
+        """Everything of an int64 feature's map entry before its `packed_length` bytes of values."""
+        head = self._heads.get((key, packed_length))
+        if head is None:
+            entry = _int64_entry(key, b"\x00" * packed_length)
+            head = self._heads[(key, packed_length)] = entry[:len(entry) - packed_length]
+        return head
+
+    def encode(self, tokens: list[bytes], len_a: int, len_b: int, positions: list[int], labels: list[bytes],
+               is_random: bool) -> bytes:
+        n = len(tokens)
+        m = len(positions)
+        pad = self.seq - n
+        pad_pred = self.max_pred - m
+        heads, head, zeros, ones = self._heads, self._head, self._zeros, self._ones
+        ids = b"".join(tokens)
+        label_ids = b"".join(labels)
+        ptable = self._positions
+        pos = b"".join([ptable[p] for p in positions])
+        zeros_pred = zeros[pad_pred]
+        k1 = (_KEY_INPUT_IDS, len(ids) + pad)
+        k2 = (_KEY_MASKED_IDS, len(label_ids) + pad_pred)
+        k3 = (_KEY_MASKED_POSITIONS, len(pos) + pad_pred)
+        body = b"".join((
+            heads[k1] if k1 in heads else head(*k1), ids, zeros[pad],
+            self._mask_head, ones[n], zeros[pad],
+            heads[k2] if k2 in heads else head(*k2), label_ids, zeros_pred,
+            heads[k3] if k3 in heads else head(*k3), pos, zeros_pred,
+            self._weight_entries[m],
+            self._label_entries[is_random],
+            self._segment_head, zeros[len_a + 2], ones[len_b + 1], zeros[pad],
+        ))
+        return b"\x0a" + varint(len(body)) + body
+
+
+def _header_length(data: bytes) -> int:
+    """Bytes taken by the tag and the length varint that start a length-delimited field."""
+    n = 1
+    while data[n] & 0x80:
+        n += 1
+    return n + 1
+
+
+def _key(name: str) -> bytes:
+    raw = name.encode()
+    return b"\x0a" + varint(len(raw)) + raw
+
+
+_KEY_INPUT_IDS, _KEY_INPUT_MASK, _KEY_MASKED_IDS, _KEY_MASKED_POSITIONS, _KEY_SEGMENT_IDS = map(
+    _key, ("input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions", "segment_ids"))
+
+
+def _int64_entry(key: bytes, packed: bytes) -> bytes:
+    """Map entry {key, Feature{int64_list{packed values}}}; `key` is the encoded key field."""
+    if packed:
+        inner = b"\x0a" + varint(len(packed)) + packed
+        feature = b"\x1a" + varint(len(inner)) + inner
+    else:
+        feature = b"\x1a\x00"
+    entry = key + b"\x12" + varint(len(feature)) + feature
+    return b"\x0a" + varint(len(entry)) + entry
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+def _prepare(input_files: Sequence[str], vocab_file: str, do_lower_case: bool, opts: Options):
+    opts.check()
+    if isinstance(input_files, (str, os.PathLike)):
+        input_files = [input_files]
+    if not input_files:
+        raise PrepError("no input files given")
+    vocab = Vocab(vocab_file)
+    corpus = read_corpus([os.fspath(p) for p in input_files], vocab, do_lower_case)
+    return vocab, corpus
+
+
+def _options(max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dupe_factor,
+             do_whole_word_mask, fixed_mask_count) -> Options:
+    return Options(int(max_seq_length), int(max_predictions_per_seq), float(masked_lm_prob),
+                   float(short_seq_prob), int(dupe_factor), bool(do_whole_word_mask), bool(fixed_mask_count))
+
+
+class _Stats:
+    """Counters the writer's emit callback updates in place: lengths, mask counts, [actual, random] next."""
+
+    def __init__(self, seq_len: int, max_pred: int):
+        self.seq_len = seq_len
+        self.random_next = [0, 0]
+        self.lengths = [0] * (seq_len + 1)
+        self.masked = [0] * (max_pred + 1)
+
+    def report(self, corpus: Corpus, vocab: Vocab) -> dict:
+        unk = corpus.tokens.count(corpus.table[vocab.unk_id]) if vocab.unk_id is not None else 0
+        return {
+            "input_files": len(corpus.files),
+            "input_bytes": corpus.bytes_read,
+            "documents": corpus.num_documents,
+            "sentences": corpus.num_sentences,
+            "tokens": corpus.num_tokens,
+            "unk_tokens": unk,
+            "instances": sum(self.lengths),
+            "random_next": self.random_next[1],
+            "full_length": self.lengths[self.seq_len],
+            "masked_tokens": sum(k * v for k, v in enumerate(self.masked)),
+            "masked_count_histogram": {str(k): v for k, v in enumerate(self.masked) if v},
+            "sequence_length_histogram": {str(k): v for k, v in enumerate(self.lengths) if v},
+        }
+
+
+def generate_instances(input_files: Sequence[str], vocab_file: str, *, do_lower_case: bool = True,
+                       do_whole_word_mask: bool = False, max_seq_length: int = 128,
+                       max_predictions_per_seq: int = 20, random_seed: int = 12345, dupe_factor: int = 10,
+                       masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1,
+                       fixed_mask_count: bool = False) -> Iterator[dict[str, list]]:
+    """The feature dicts (see `instance_features`) of every instance in output order.
+
+    Holds all instances in memory: for tests and small inputs. `create_pretraining_file` writes
+    the same instances with bounded memory.
+    """
+    opts = _options(max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dupe_factor,
+                    do_whole_word_mask, fixed_mask_count)
+    vocab, corpus = _prepare(input_files, vocab_file, do_lower_case, opts)
+    id_of = {b: i for i, b in enumerate(corpus.table)}
+    rng = random.Random(random_seed)
+    made: list[tuple] = []
+
+    def emit(tokens, la, lb, positions, labels, is_random):
+        made.append(([id_of[t] for t in tokens], la, lb, positions, [id_of[t] for t in labels], is_random))
+
+    _generate(corpus, vocab, opts, rng, emit)
+    order = list(range(len(made)))
+    rng.shuffle(order)  # draw: shuffle(instances)
+    for k in order:
+        yield instance_features(*made[k], opts.max_seq_length, opts.max_predictions_per_seq)
+
+
+def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
+                            index_files: Sequence[str | None] | None = None, *, do_lower_case: bool = True,
+                            do_whole_word_mask: bool = False, max_seq_length: int = 128,
+                            max_predictions_per_seq: int = 20, random_seed: int = 12345, dupe_factor: int = 10,
+                            masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1,
+                            fixed_mask_count: bool = False) -> dict:
+    """The original's whole run: instances written round-robin over `output_files`; returns stats.
+
+    `index_files[i]` (or None) is the index of `output_files[i]`. Every output and index is
+    committed atomically: on any error none of them appears.
+    """
+    opts = _options(max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dupe_factor,
+                    do_whole_word_mask, fixed_mask_count)
+    outputs = [Path(p) for p in output_files]
+    if not outputs:
+        raise PrepError("no output file given")
+    indexes = list(index_files) if index_files is not None else [None] * len(outputs)
+    if len(indexes) != len(outputs):
+        raise PrepError(f"{len(indexes)} index files given for {len(outputs)} output files")
+    named = [p.resolve() for p in outputs] + [Path(i).resolve() for i in indexes if i is not None]
+    if len(set(named)) != len(named):
+        raise PrepError(f"output files {', '.join(map(str, outputs))}: a file is named twice")
+    vocab, corpus = _prepare(input_files, vocab_file, do_lower_case, opts)
+    rng = random.Random(random_seed)
+    stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
+    encoder = InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq)
+    outputs[0].parent.mkdir(parents=True, exist_ok=True)
+    # ".tmp-" in the name: atomic.remove_stale_temps deletes it if this process is killed.
+    spill_path = outputs[0].with_name(f"{outputs[0].name}.tmp-instances-{os.getpid()}")
+    offsets = array("q", [0])
+    try:
+        with open(spill_path, "w+b", buffering=1 << 20) as spill:
+            write, encode, offset = spill.write, encoder.encode, offsets.append
+            lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next
+
+            def emit(tokens, la, lb, positions, labels, is_random):
+                offset(offsets[-1] + write(encode(tokens, la, lb, positions, labels, is_random)))
+                lengths[len(tokens)] += 1
+                masked[len(positions)] += 1
+                random_next[is_random] += 1
+
+            _generate(corpus, vocab, opts, rng, emit)
+            report = stats.report(corpus, vocab)
+            del corpus  # not needed while the records are copied out
+            spill.flush()
+            order = array("q", range(len(offsets) - 1))
+            rng.shuffle(order)  # draw: shuffle(instances)
+            with contextlib.ExitStack() as stack:
+                writes = [stack.enter_context(RecordWriter(p, i)).write for p, i in zip(outputs, indexes)]
+                # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
+                fd, pread, n_out = spill.fileno(), os.pread, len(writes)
+                for k, inst in enumerate(order):
+                    start = offsets[inst]
+                    writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            spill_path.unlink()
+    return report
+
+
+def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None, *,
+                            do_lower_case: bool = True, do_whole_word_mask: bool = False, max_seq_length: int = 128,
+                            max_predictions_per_seq: int = 20, random_seed: int = 12345, dupe_factor: int = 10,
+                            masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1,
+                            fixed_mask_count: bool = False) -> dict:
+    """All instances of `input_files` in one TFRecord file (+ its `offset length` index); returns stats.
+
+    The instances, their order and every feature equal those of google-research/bert's
+    create_pretraining_data.py run with the same files, vocab, flags and seed (unless
+    `fixed_mask_count`). Raises PrepError for bad input; nothing is left half-written.
+    """
+    return write_pretraining_files(
+        input_files, vocab_file, [output_file], [index_file], do_lower_case=do_lower_case,
+        do_whole_word_mask=do_whole_word_mask, max_seq_length=max_seq_length,
+        max_predictions_per_seq=max_predictions_per_seq, random_seed=random_seed, dupe_factor=dupe_factor,
+        masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, fixed_mask_count=fixed_mask_count)

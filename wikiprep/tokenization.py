@@ -1,0 +1,258 @@
+"""WordPiece tokenization identical to google-research/bert's `FullTokenizer`, working in token ids.
+
+The reference is `tokenization.py` of google-research/bert (Apache-2.0, Copyright 2018 The Google
+AI Language Team Authors): `BasicTokenizer` (clean text, space out CJK ideographs, split on
+whitespace, lower case + NFD + drop accents, split on punctuation) followed by
+`WordpieceTokenizer` (greedy longest-match-first with `##` continuations, words longer than 200
+characters become `[UNK]`, and so does a word any piece of which is missing).
+
+Speed comes from two observations, neither of which changes the output:
+  * every step after the whitespace split works on one whitespace-separated chunk alone (the
+    original lower-cases each chunk separately, which matters for Greek final sigma), so the ids
+    of a chunk, and of each word the punctuation split makes of it, are computed once and cached
+    (bounded caches, emptied when full);
+  * cleaning is one `str.translate` over the line (control characters deleted, whitespace and
+    CJK spacing mapped), skipped entirely for printable ASCII lines; printable ASCII chunks are
+    split with one regular expression.
+HF `tokenizers` is not used: it lower-cases final sigma differently and cuts words at 100
+characters instead of 200.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+
+from .errors import PrepError
+
+UNK, CLS, SEP, MASK, PAD = "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"
+MAX_INPUT_CHARS_PER_WORD = 200
+
+# CJK Unified Ideographs blocks the original spaces out (not Hangul, Hiragana or Katakana).
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+# Printable ASCII pieces: runs of letters/digits, or one other character (all of which are
+# punctuation to the original: "We treat all non-letter/number ASCII as punctuation").
+_ASCII_PIECES = re.compile(r"[0-9A-Za-z]+|[^0-9A-Za-z]").findall
+
+
+def _is_cjk(cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+class _CleanTable(dict):
+    """`str.translate` table doing `_clean_text` and `_tokenize_chinese_chars` in one pass.
+
+    Filled lazily, one entry per distinct character met: NUL, U+FFFD and control/format
+    characters (Cc, Cf; but tab, newline and carriage return) are deleted, whitespace (those three
+    and Zs) becomes a space, CJK ideographs get a space on each side, the rest maps to itself.
+    """
+
+    def __missing__(self, cp: int):
+        ch = chr(cp)
+        cat = unicodedata.category(ch)
+        if cp == 0 or cp == 0xFFFD:
+            value = None
+        elif ch in "\t\n\r" or cat == "Zs":
+            value = " "
+        elif cat in ("Cc", "Cf"):
+            value = None
+        elif _is_cjk(cp):
+            value = f" {ch} "
+        else:
+            value = cp
+        self[cp] = value
+        return value
+
+
+_CLEAN_TABLE = _CleanTable()
+
+
+def _is_punctuation(ch: str) -> bool:
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _split_on_punctuation(text: str) -> list[str]:
+    pieces: list[str] = []
+    word: list[str] = []
+    for ch in text:
+        if _is_punctuation(ch):
+            if word:
+                pieces.append("".join(word))
+                word = []
+            pieces.append(ch)
+        else:
+            word.append(ch)
+    if word:
+        pieces.append("".join(word))
+    return pieces
+
+
+def _strip_accents(text: str) -> str:
+    category = unicodedata.category
+    return "".join(ch for ch in unicodedata.normalize("NFD", text) if category(ch) != "Mn")
+
+
+class Vocab:
+    """A BERT vocab.txt: one token per line, id = line number.
+
+    Mirrors the original's `OrderedDict` loading exactly: a token listed twice keeps its first
+    position in `words` (the list random replacement words are drawn from) but maps to the id of
+    its last line.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            raise PrepError(f"{self.path}: vocab file not found") from None
+        except OSError as e:
+            raise PrepError(f"{self.path}: cannot read the vocab file ({e.strerror})") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise PrepError(f"{self.path}: vocab file is not UTF-8 (byte {e.start})") from None
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # the newline ending the last line; readline() gives no extra line
+        self.ids: dict[str, int] = {}
+        self.id_to_token: list[str] = []
+        for index, line in enumerate(lines):
+            token = line.replace("\r", "").strip()  # GFile.readline drops every '\r'; then strip()
+            self.ids[token] = index
+            self.id_to_token.append(token)
+        if not self.ids:
+            raise PrepError(f"{self.path}: vocab file is empty")
+        missing = [t for t in (CLS, SEP, MASK) if t not in self.ids]
+        if missing:
+            raise PrepError(f"{self.path}: vocab lacks {', '.join(missing)} (is this a BERT vocab.txt?)")
+        self.words: list[str] = list(self.ids)  # file order of first appearance, as list(OrderedDict)
+        self.cls_id, self.sep_id, self.mask_id = self.ids[CLS], self.ids[SEP], self.ids[MASK]
+        self.unk_id: int | None = self.ids.get(UNK)
+        self.size = len(self.id_to_token)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def word_ids(self) -> list[int]:
+        """Id of each entry of `words`: what `vocab[vocab_words[r]]` gives for a random replacement."""
+        ids = self.ids
+        return [ids[w] for w in self.words]
+
+    def continuation_flags(self) -> bytes:
+        """Per id, 1 when the token starts with `##` (a piece continuing the previous word)."""
+        return bytes(1 if t.startswith("##") else 0 for t in self.id_to_token)
+
+    def tokens(self, ids) -> list[str]:
+        table = self.id_to_token
+        return [table[i] if 0 <= i < len(table) else f"<{i}>" for i in ids]
+
+
+class FullTokenizer:
+    """Google's BasicTokenizer + WordpieceTokenizer over a `Vocab`, returning token ids.
+
+    With `token_table`, `encode` returns `token_table[id]` instead of each id (e.g. the ids'
+    protobuf varints, which is what the instance generator keeps). `cache_size` bounds the chunk
+    cache (entries); when full it is emptied and refilled, which costs time, never correctness.
+    """
+
+    def __init__(self, vocab: Vocab, do_lower_case: bool = True, cache_size: int = 300_000,
+                 token_table: list | None = None):
+        self.vocab = vocab
+        self.do_lower_case = bool(do_lower_case)
+        self.cache_size = cache_size
+        self.token_table = token_table
+        self._cache: dict[str, tuple] = {}  # whitespace-separated chunk -> its tokens
+        self._word_cache: dict[str, tuple[int, ...]] = {}  # word (after the punctuation split) -> its ids
+        self._table = _CLEAN_TABLE
+        self._max_len = max(len(t) for t in vocab.ids)
+
+    # -- public -------------------------------------------------------------------------------
+
+    def encode(self, line: str) -> list:
+        """Token ids of one line of text (what the original's `tokenize` + `convert_tokens_to_ids` give)."""
+        if not (line.isascii() and line.isprintable()):
+            line = line.translate(self._table)
+        cache = self._cache
+        out: list = []
+        try:
+            for chunk in line.split():
+                out += cache[chunk]
+        except KeyError:
+            return self._encode_filling_cache(line.split())
+        return out
+
+    def _encode_filling_cache(self, chunks: list[str]) -> list:
+        cache = self._cache
+        if len(cache) + len(chunks) > self.cache_size or len(self._word_cache) > self.cache_size:
+            cache.clear()
+            self._word_cache.clear()
+        out: list = []
+        for chunk in chunks:
+            ids = cache.get(chunk)
+            if ids is None:
+                ids = self._chunk_ids(chunk)
+                if self.token_table is not None:
+                    ids = tuple(self.token_table[i] for i in ids)
+                cache[chunk] = ids
+            out += ids
+        return out
+
+    def tokenize(self, line: str) -> list[str]:
+        """Word pieces as strings, for inspection and tests (a tokenizer without `token_table`)."""
+        return self.vocab.tokens(self.encode(line))
+
+    # -- one whitespace-separated chunk ------------------------------------------------------
+
+    def _chunk_ids(self, chunk: str) -> tuple[int, ...]:
+        if chunk.isascii():
+            pieces = _ASCII_PIECES(chunk.lower() if self.do_lower_case else chunk)
+        else:
+            if self.do_lower_case:
+                chunk = _strip_accents(chunk.lower())
+            pieces = _split_on_punctuation(chunk)
+        words = self._word_cache
+        out: list[int] = []
+        for piece in pieces:
+            ids = words.get(piece)
+            if ids is None:
+                ids = words[piece] = tuple(self._wordpiece(piece))
+            out += ids
+        return tuple(out)
+
+    def _wordpiece(self, word: str) -> list[int]:
+        n = len(word)
+        if n > MAX_INPUT_CHARS_PER_WORD:
+            return [self._unk()]
+        ids = self.vocab.ids
+        max_len = self._max_len
+        out = []
+        start = 0
+        while start < n:
+            end = min(n, start + max_len if start == 0 else start + max_len - 2)
+            while start < end:
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                found = ids.get(piece)
+                if found is not None:
+                    break
+                end -= 1
+            else:
+                return [self._unk()]
+            out.append(found)
+            start = end
+        return out
+
+    def _unk(self) -> int:
+        if self.vocab.unk_id is None:
+            raise PrepError(f"{self.vocab.path}: vocab lacks [UNK] but the text has a word it cannot spell")
+        return self.vocab.unk_id
+
+
+def load_tokenizer(vocab_file: str | Path, do_lower_case: bool = True) -> FullTokenizer:
+    return FullTokenizer(Vocab(vocab_file), do_lower_case=do_lower_case)
