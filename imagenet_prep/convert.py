@@ -525,14 +525,14 @@ def _write_one(job: tuple[str, int, str]) -> dict:
 
 
 def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, **plan_args) -> dict:
-    """make_plan + every shard (with `workers` processes) + finalize; writes output_dir/plan.json too.
+    """make_plan + every shard (with `workers` processes) + finalize; writes output_dir/.work/plan.json too.
 
     Returns the manifest. The bytes do not depend on `workers`.
     """
     output_dir = Path(output_dir)
     plan = make_plan(train_dir, validation_dir, val_labels, **plan_args)
     output_dir.mkdir(parents=True, exist_ok=True)
-    write_plan(plan, output_dir / "plan.json")
+    write_plan(plan, output_dir / ".work" / "plan.json")
     jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]
             for i in range(plan["splits"][split]["num_shards"])]
     if workers <= 1:

@@ -125,3 +125,16 @@ def test_bad_parameters_give_one_clear_line(demo, tmp_path, change, expected):
     lines = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
     assert lines and expected in lines[0], r.stderr[-3000:]
     assert "Traceback" not in r.stderr
+
+
+def test_imagenet_bytes_do_not_depend_on_where_the_inputs_live(demo, tmp_path):
+    raw = tmp_path / "elsewhere" / "raw"
+    shutil.copytree(demo / "imagenet-raw", raw)
+    r = run_luigi("ImageNet", "--train-dir", str(raw / "train"), "--validation-dir", str(raw / "validation"),
+                  "--val-labels", str(raw / "validation_labels.txt"), "--output-dir", str(tmp_path / "out"),
+                  "--train-shards", "4", "--validation-shards", "2", "--local-scheduler", "--workers", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "out" / "MANIFEST.json").read_bytes() == (demo / "imagenet" / "MANIFEST.json").read_bytes()
+    names = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("."))
+    assert names == ["MANIFEST.json", "idx", "train-00000-of-00004", "train-00001-of-00004", "train-00002-of-00004",
+                     "train-00003-of-00004", "validation-00000-of-00002", "validation-00001-of-00002"]

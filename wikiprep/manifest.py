@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .atomic import RECEIPTS_DIR, sha256_file, write_json
+from .atomic import sha256_file, write_json
 from .errors import PrepError
 
 MANIFEST = "MANIFEST.json"
@@ -20,7 +20,9 @@ def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dic
     files = []
     for p in sorted(folder.rglob("*"), key=lambda q: q.relative_to(folder).as_posix()):
         rel = p.relative_to(folder).as_posix()
-        if not p.is_file() or rel == MANIFEST or RECEIPTS_DIR in p.relative_to(folder).parts or ".tmp-" in p.name:
+        # Hidden folders (.receipts/, .work/) hold bookkeeping such as machine-specific paths, not data.
+        hidden = any(part.startswith(".") for part in p.relative_to(folder).parts[:-1])
+        if not p.is_file() or rel == MANIFEST or hidden or ".tmp-" in p.name:
             continue
         entry = {"path": rel, "sha256": sha256_file(p), "size": p.stat().st_size}
         if rel in record_counts:

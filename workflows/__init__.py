@@ -455,7 +455,9 @@ class ImageNetPlan(ImageNetParams):
     """Which image goes to which shard: sorted inputs, labels by sorted synset, a seeded shuffle."""
 
     def output(self):
-        return ReceiptTarget(Path(self.output_dir) / "plan.json")
+        # In a hidden folder: the plan names the input paths, which differ between machines, so it
+        # stays out of MANIFEST.json (and out of the way of readers that glob the output folder).
+        return ReceiptTarget(Path(self.output_dir) / ".work" / "plan.json")
 
     def run(self):
         from imagenet_prep import convert
