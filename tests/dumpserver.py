@@ -79,13 +79,16 @@ class _Handler(BaseHTTPRequestHandler):
             with owner._lock:
                 owner.active -= 1
 
-    def _send(self, seen: Seen, code: int, body: bytes, headers: dict) -> None:
+    def _start(self, seen: Seen, code: int, headers: dict, length: int) -> None:
         seen.status = code
         self.send_response(code)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(length))
         self.end_headers()
+
+    def _send(self, seen: Seen, code: int, body: bytes, headers: dict) -> None:
+        self._start(seen, code, headers, len(body))
         self.wfile.write(body)
         seen.body_sent = len(body)
 
@@ -129,12 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
             at = kinds["corrupt"].params.get("at", 0) - start
             if 0 <= at < len(body):
                 body[at] ^= 0xFF
-        seen.status = code
-        self.send_response(code)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
+        self._start(seen, code, headers, len(body))
         if "drop" in kinds:
             n = kinds["drop"].params["after"]
             self.wfile.write(body[:n])
