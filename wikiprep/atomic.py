@@ -10,9 +10,11 @@ rewritten. Temporary files carry the host and pid so two workers never share one
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import IO, Iterator
@@ -115,37 +117,29 @@ def read_receipt(path: str | os.PathLike) -> dict | None:
     return receipt
 
 
+def _remove(p: Path) -> None:
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
 def remove_stale_temps(path: str | os.PathLike) -> None:
     """Delete the temporaries a killed run left for this one output (never other tasks', never `.part` downloads).
 
     Only `path`'s own temporaries: a sibling task may be writing its own in the same folder right now.
     """
-    import shutil
-
     path = Path(path)
-    if path.parent.is_dir():
-        for p in path.parent.glob(f"{glob_escape(path.name)}{_TMP_MARK}*"):
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    p.unlink()
+    for p in path.parent.glob(f"{glob.escape(path.name)}{_TMP_MARK}*"):
+        _remove(p)
 
 
 def remove_all_stale_temps(folder: str | os.PathLike) -> None:
     """Delete every temporary in `folder`: only once no task can still be writing there (a final step)."""
-    folder = Path(folder)
-    if folder.is_dir():
-        for p in sorted(folder.iterdir()):
-            if _TMP_MARK in p.name and p.is_file():
-                with contextlib.suppress(FileNotFoundError):
-                    p.unlink()
-
-
-def glob_escape(name: str) -> str:
-    import glob
-
-    return glob.escape(name)
+    for p in Path(folder).glob(f"*{_TMP_MARK}*"):
+        if p.is_file():
+            _remove(p)
 
 
 @contextlib.contextmanager
@@ -154,8 +148,6 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
     An existing `path` without a receipt is a leftover of a killed run and is replaced.
     """
-    import shutil
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_path(path)
