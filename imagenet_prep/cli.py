@@ -15,12 +15,12 @@ the first image of each shard decoded by tf.io.decode_jpeg (every image with --d
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections import Counter
 from pathlib import Path
 
 from wikiprep.errors import PrepError
+from wikiprep.records import import_tensorflow
 
 from . import convert, images, labels
 
@@ -38,13 +38,6 @@ def feature_spec(tf) -> dict:
     spec.update({f"image/object/bbox/{k}": tf.io.VarLenFeature(tf.float32) for k in ("xmin", "xmax", "ymin", "ymax")})
     spec["image/object/bbox/label"] = tf.io.VarLenFeature(tf.int64)
     return spec
-
-
-def _import_tf():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    return tf
 
 
 def find_shards(folder: Path) -> dict[str, list[Path]]:
@@ -120,7 +113,7 @@ def verify(folder: str | Path, synsets_file=None, decode_all: bool = False) -> d
     synsets = labels.load_synsets(synsets_file)
     manifest = check_manifest(folder)
     manifest_counts = {f["path"]: f.get("records") for f in manifest.get("files", [])}
-    tf = _import_tf()
+    tf = import_tensorflow()
     totals = {}
     for split, paths in shards.items():
         totals[split] = 0
@@ -196,7 +189,7 @@ def stats(folder: str | Path, out_dir: str | Path, synsets_file=None) -> dict:
         raise PrepError(f"--out {out_dir}: choose a report folder other than the dataset itself")
     shards = find_shards(folder)
     synsets = labels.load_synsets(synsets_file)
-    tf = _import_tf()
+    tf = import_tensorflow()
     report = {"folder": str(folder), "splits": {}}
     per_class: dict[str, Counter] = {}
     dims: dict[str, list[tuple[int, int]]] = {}

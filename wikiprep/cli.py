@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from .atomic import write_json, write_text
+from .records import import_tensorflow
 from .errors import PrepError
 
 PROG = "wikiprep"
@@ -219,14 +220,6 @@ def run_inspect(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 # verify and stats
 
-def _import_tf():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # only parsing here; silences the oneDNN banner
-    import tensorflow as tf
-
-    return tf
-
-
 def find_record_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         raise PrepError(f"{folder}: not a folder")
@@ -335,7 +328,7 @@ def verify(folder: str | Path) -> dict:
         if declared is not None and declared != total:
             raise PrepError(f"{stats_path}: says {declared} instances but the shards hold {total}")
     seq, max_pred = dataset_shapes(folder, files[0])
-    tf = _import_tf()
+    tf = import_tensorflow()
     parsed = dict.fromkeys(files, 0)
     for path, batch in _parsed_batches(tf, files, seq, max_pred):
         problem = check_batch(batch, seq)
@@ -368,7 +361,7 @@ def dataset_stats(folder: str | Path) -> dict:
     seq, max_pred = dataset_shapes(folder, files[0])
     vocab_path = folder / "vocab.txt"
     unk_id = Vocab(vocab_path).unk_id if vocab_path.is_file() else None
-    tf = _import_tf()
+    tf = import_tensorflow()
     lengths = np.zeros(seq + 1, np.int64)
     masked = np.zeros(max_pred + 1, np.int64)
     per_file = {p: 0 for p in files}

@@ -12,6 +12,7 @@ record: the format of `tfrecord`'s `tfrecord2idx` and of DALI.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -81,6 +82,15 @@ def encode_example(features: Iterable[tuple[str, str, Sequence]]) -> bytes:
         entry = _len_delimited(b"\x0a", name.encode()) + _len_delimited(b"\x12", _encode_feature(kind, values))
         entries.append(_len_delimited(b"\x0a", entry))
     return _len_delimited(b"\x0a", b"".join(entries))
+
+
+def import_tensorflow():
+    """TensorFlow, imported only by the readers that parse records with it, and without its start-up banners."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # only parsing: silences the oneDNN banner
+    import tensorflow as tf
+
+    return tf
 
 
 def _masked_crc(data: bytes) -> int:
