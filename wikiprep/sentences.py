@@ -46,7 +46,8 @@ def read_documents(extracted_path: str | Path) -> Iterator[dict]:
             try:
                 doc = json.loads(line)
                 doc["id"] = int(doc["id"])
-                doc["text"]
+                if not isinstance(doc["text"], str):
+                    raise TypeError
             except (ValueError, KeyError, TypeError):
                 raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") from None
             yield doc

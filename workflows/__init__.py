@@ -44,8 +44,9 @@ class _OneLineErrors(logging.Filter):
             record.msg, record.args, record.exc_info = f"{record.getMessage()}: {reason}", (), None
         elif "wikiprep.errors.PrepError: " in str(record.msg):
             text = record.getMessage()
+            first_line = text.split("\n", 1)[0]
             reason = text.rsplit("wikiprep.errors.PrepError: ", 1)[1].strip()
-            record.msg, record.args = f"{text.split(chr(10), 1)[0]} {reason}", ()
+            record.msg, record.args = f"{first_line} {reason}", ()
         if reason and reason not in self.printed:
             self.printed.add(reason)
             print(f"wikiprep: error: {reason}", file=sys.stderr, flush=True)
@@ -392,12 +393,14 @@ class PretrainDataset(PretrainParams):
         from wikiprep.manifest import write_manifest
 
         folder = self.dataset_dir
-        _claim_dataset_dir(folder, self.dataset_description())
+        description = self.dataset_description()
+        _claim_dataset_dir(folder, description)
         write_bytes(folder / "vocab.txt", self.vocab_path().read_bytes())
         sentence_receipt = SentenceShards(**self.sentence_params).output().receipt()["stats"]
-        shards, totals = [], {}
+        shards, totals, counts = [], {}, {}
         for i, t in enumerate(self.input()):
             st = t.receipt()["stats"]
+            counts[t.path.name] = st["instances"]
             shards.append({"shard": i, "file": t.path.name, "sentence_documents":
                            sentence_receipt["shards"][i]["documents"], **st})
             for k, v in st.items():
@@ -407,8 +410,7 @@ class PretrainDataset(PretrainParams):
             raise PrepError(f"{folder}: the corpus gave no instances; is the dump empty or --min-doc-chars too high?")
         write_json(folder / "stats.json", {"total": totals, "shards": shards,
                                            "dropped_documents": sentence_receipt["dropped"]})
-        counts = {t.path.name: t.receipt()["stats"]["instances"] for t in self.input()}
-        write_manifest(folder, counts, extra={"dataset": self.dataset_description()})
+        write_manifest(folder, counts, extra={"dataset": description})
         write_receipt(self.output().path)
 
 
@@ -566,9 +568,10 @@ class DemoSamples(PrepTask):
                 wiki_samples.write_sample_dump(tmp, wiki=DEMO_WIKI, date=DEMO_DATE)
             write_dir_receipt(site)
         raw = self.output()["imagenet"].path
-        with atomic_dir(raw) as tmp:
-            layout = imagenet_samples.write_sample_tree(tmp)
-        write_dir_receipt(raw, layout={k: Path(v).relative_to(tmp).as_posix() for k, v in layout.items()})
+        if not self.output()["imagenet"].exists():
+            with atomic_dir(raw) as tmp:
+                layout = imagenet_samples.write_sample_tree(tmp)
+            write_dir_receipt(raw, layout={k: Path(v).relative_to(tmp).as_posix() for k, v in layout.items()})
 
 
 class Demo(PrepTask):
