@@ -330,6 +330,11 @@ class Part:
     sha1: str | None
     md5: str | None
 
+    @property
+    def is_index(self) -> bool:
+        """A multistream job's index file (offset:page id:title lines), not XML."""
+        return "-multistream-index" in self.name
+
 
 def _natural_key(name: str):
     # pages-articles2.xml-... before pages-articles10.xml-...

@@ -32,6 +32,15 @@ Choices, and why:
   `time` module) inside wikiextractor would leak into every other thread of a Luigi
   worker for as long as the patch lives, and two parts with different dump dates
   extracted on two threads would race on it.
+- A multistream part can be extracted in slices, in parallel. dumps.wikimedia.org
+  compresses multistream parts as one bz2 stream per 100 pages (after a stream holding
+  only <siteinfo>), so a byte offset where a stream starts with "<page>" is a place where
+  the XML can be cut. `slice_range(part, k, n)` finds slice k's two cuts by searching
+  forward from k/n and (k+1)/n of the file for a stream header ("BZh" + level + the
+  block magic "1AY&SY"), so no index file is needed and a part that has one stream (the
+  plain `pages-articles` parts) is simply one slice. Pages are extracted independently
+  and slices are joined in order, so the joined output is byte-identical to extracting
+  the part whole: the slice count changes speed, never the result.
 - `html_safe=False`: the output is JSON, not HTML, so WikiExtractor's final
   `html.escape` would only add `&amp;`/`&lt;` for `clean.py` to undo.
 - Python 3.11: wikiextractor 3.1.0 no longer has the inline-flag regexes that raised
@@ -43,7 +52,9 @@ from __future__ import annotations
 
 import bz2
 import datetime as dt
+import io
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -165,13 +176,111 @@ def _check_encoding(first: bytes, name: str) -> None:
                         f"(starts with {first[:16]!r})")
 
 
-class PartReader:
-    """Iterate the pages of one bz2 dump part, streaming; `siteinfo` is filled on the way."""
+# ----------------------------------------------------------------------------------------
+# Slices of a multistream part
 
-    def __init__(self, path: Path):
+# A bz2 stream header: "BZh", the block-size digit, then the first block's magic number.
+STREAM_HEADER_RE = re.compile(rb"BZh[1-9]1AY&SY")
+SEARCH_WINDOW = 1 << 20
+
+
+class _ByteRange(io.RawIOBase):
+    """Bytes [start, end) of an open file, as a file of their own (for BZ2File)."""
+
+    def __init__(self, f, start: int, end: int):
+        f.seek(start)
+        self.f, self.left = f, end - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.left)
+        data = self.f.read(n) if n > 0 else b""
+        buffer[:len(data)] = data
+        self.left -= len(data)
+        return len(data)
+
+
+def _page_stream_at(f, offset: int) -> bool:
+    """Does a bz2 stream start at `offset` whose text starts with a <page> element?"""
+    f.seek(offset)
+    decompressor = bz2.BZ2Decompressor()
+    head = b""
+    try:
+        while len(head) < 16 and not decompressor.eof:
+            data = f.read(SEARCH_WINDOW)
+            if not data:
+                break
+            head += decompressor.decompress(data, max_length=64)
+    except OSError:  # the magic bytes occurred inside compressed data: not a stream
+        return False
+    return head.lstrip().startswith(b"<page>")
+
+
+def slice_cut(f, size: int, target: int) -> int:
+    """The first offset at or after `target` where a stream of whole pages starts; `size` if none."""
+    position = target
+    while position < size:
+        f.seek(position)
+        window = f.read(SEARCH_WINDOW + 9)
+        for match in STREAM_HEADER_RE.finditer(window):
+            if match.start() < SEARCH_WINDOW and _page_stream_at(f, position + match.start()):
+                return position + match.start()
+        position += SEARCH_WINDOW
+    return size
+
+
+def slice_range(part_path: Path, index: int, count: int) -> tuple[int, int]:
+    """Byte range of slice `index` of `count` of a part: cut where bz2 streams of whole pages
+    start. Slice 0 starts at 0 (it holds the siteinfo); slices may be empty."""
+    if not 0 <= index < count:
+        raise PrepError(f"slice {index} of {count}: no such slice")
+    size = os.path.getsize(part_path)
+    with open(part_path, "rb") as f:
+        start = 0 if index == 0 else slice_cut(f, size, size * index // count)
+        end = size if index == count - 1 else slice_cut(f, size, size * (index + 1) // count)
+    return start, max(start, end)
+
+
+def _siteinfo_head(raw, name: str) -> bytes:
+    """The part's XML up to the end of </siteinfo>: what a slice needs before its pages."""
+    raw.seek(0)
+    head = b""
+    with bz2.BZ2File(raw) as stream:
+        while b"</siteinfo>" not in head:
+            block = stream.read(1 << 16)
+            if not block or len(head) > 1 << 24:
+                raise PrepError(f"dump part {name} has no <siteinfo> in its first 16 MB: cannot slice it")
+            head += block
+    return head[:head.index(b"</siteinfo>") + len(b"</siteinfo>")] + b"\n"
+
+
+class PartReader:
+    """Iterate the pages of one bz2 dump part, streaming; `siteinfo` is filled on the way.
+
+    With `byte_range`, only the pages in the bz2 streams of that range (see `slice_range`),
+    parsed after the part's own header so namespaces and the site URL are the part's.
+    """
+
+    def __init__(self, path: Path, byte_range: tuple[int, int] | None = None):
         self.path = Path(path)
+        self.byte_range = byte_range
         self.siteinfo = SiteInfo()
         self.xml_bytes = 0
+
+    def _blocks(self, raw) -> Iterator[tuple[bytes, bool]]:
+        """Decompressed XML blocks, each with whether it is the range's own (counted) XML."""
+        size = os.fstat(raw.fileno()).st_size
+        start, end = self.byte_range or (0, size)
+        if start > 0:
+            yield _siteinfo_head(raw, self.path.name), False
+        if end > start:
+            with bz2.BZ2File(_ByteRange(raw, start, end)) as stream:
+                while block := stream.read(READ_BLOCK):
+                    yield block, True
+        if end < size or end == start:  # the part's own closing tag lies beyond this range
+            yield b"</mediawiki>\n", False
 
     def __iter__(self) -> Iterator[Page]:
         name = self.path.name
@@ -181,11 +290,12 @@ class PartReader:
             raw = open(self.path, "rb")
         except OSError as e:
             raise PrepError(f"cannot open dump part {self.path}: {e.strerror}") from None
-        with raw, bz2.BZ2File(raw) as stream:
+        with raw:
+            stream = self._blocks(raw)
             first = True
             while True:
                 try:
-                    block = stream.read(READ_BLOCK)
+                    block, own = next(stream, (b"", True))
                 except EOFError:
                     raise PrepError(f"dump part {name} is truncated: the bz2 stream ends early "
                                     f"after {self.xml_bytes} bytes of XML") from None
@@ -196,10 +306,10 @@ class PartReader:
                     first = False
                 if not block:
                     break
-                self.xml_bytes += len(block)
+                self.xml_bytes += len(block) if own else 0
                 parser.feed(block)
                 yield from self._pages(parser)
-        if self.xml_bytes == 0:
+        if self.xml_bytes == 0 and self.byte_range is None:
             raise PrepError(f"dump part {name} holds no XML")
         try:
             parser.close()
@@ -293,16 +403,19 @@ def drop_reason(page: Page) -> str | None:
     return None
 
 
-def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: int = 0) -> dict:
+def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: int = 0,
+                 byte_range: tuple[int, int] | None = None) -> dict:
     """Extract the articles of one bz2 dump part into JSON lines at `out_path` (atomic).
 
     Returns counts: pages seen, articles written, pages dropped by reason, and the bytes of
     XML read. Raises PrepError for a damaged part, a part that is not a MediaWiki export,
-    and a part from which no article survives.
+    and a part from which no article survives. With `byte_range` (from `slice_range`) only
+    that slice is extracted, and a slice without articles is not an error: the part's
+    verdict comes when the slices are joined (`join_slices`).
     """
     part_path, out_path = Path(part_path), Path(out_path)
     pinned = clock_magic_words(dump_date)
-    reader = PartReader(part_path)
+    reader = PartReader(part_path, byte_range)
     dropped = dict.fromkeys(DROP_REASONS, 0)
     pages = articles = 0
     with atomic_write(out_path, "w") as out:
@@ -327,8 +440,32 @@ def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: 
                       "url": wx.get_url(reader.siteinfo.urlbase, page.id), "text": "\n".join(paragraphs)}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             articles += 1
-        if articles == 0:
-            reasons = ", ".join(f"{k} {v}" for k, v in dropped.items() if v) or "none"
-            raise PrepError(f"dump part {part_path.name} yields no articles ({pages} pages; dropped: {reasons})")
-    return {"part": part_path.name, "pages": pages, "articles": articles, "dropped": dropped,
-            "xml_bytes": reader.xml_bytes}
+        stats = {"part": part_path.name, "pages": pages, "articles": articles, "dropped": dropped,
+                 "xml_bytes": reader.xml_bytes}
+        if byte_range is None:
+            _check_articles(stats)
+    return stats
+
+
+def _check_articles(stats: dict) -> None:
+    if stats["articles"] == 0:
+        reasons = ", ".join(f"{k} {v}" for k, v in stats["dropped"].items() if v) or "none"
+        raise PrepError(f"dump part {stats['part']} yields no articles ({stats['pages']} pages; dropped: {reasons})")
+
+
+def join_slices(slices: list[tuple[Path, dict]], out_path: Path) -> dict:
+    """Join extracted slices (path and stats of each, in slice order) into the part's output."""
+    stats = {"part": slices[0][1]["part"], "pages": 0, "articles": 0, "dropped": dict.fromkeys(DROP_REASONS, 0),
+             "xml_bytes": 0}
+    for _, st in slices:
+        for key in ("pages", "articles", "xml_bytes"):
+            stats[key] += st[key]
+        for reason, n in st["dropped"].items():
+            stats["dropped"][reason] += n
+    _check_articles(stats)
+    with atomic_write(out_path, "wb") as out:
+        for path, _ in slices:
+            with open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    out.write(block)
+    return stats

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -127,6 +128,10 @@ class DumpTask(PrepTask):
     def part_names(self) -> list[str]:
         return [p.name for p in self.parts()]
 
+    def xml_part_names(self) -> list[str]:
+        """The parts that hold pages (a multistream dump also has index files)."""
+        return [p.name for p in self.parts() if not p.is_index]
+
 
 class DownloadPart(DumpTask):
     """One part file of the dump, verified against its checksum. At most 2 at once per dumps host."""
@@ -171,13 +176,51 @@ def _stem(part_name: str) -> str:
     return part_name[:-4] if part_name.endswith(".bz2") else part_name
 
 
-class ExtractPart(DumpTask):
-    """WikiExtractor over one dump part: articles as JSON lines, clock magic words pinned to the dump date."""
+class ExtractSlice(DumpTask):
+    """WikiExtractor over one slice of a multistream part (bz2 streams of whole pages)."""
 
     part = luigi.Parameter()
+    slice = luigi.IntParameter()
+    slices = luigi.IntParameter()
 
     def requires(self):
         return DownloadPart(part=self.part, **self.dump_params)
+
+    def output(self):
+        name = f"{_stem(self.part)}.slice{self.slice:03d}of{self.slices:03d}.jsonl"
+        return ReceiptTarget(self.work_dir / "extracted" / ".slices" / name)
+
+    def run(self):
+        out = self.output().path
+        remove_stale_temps(out)
+        part = self.input().path
+        stats = extract.extract_part(part, out, self.dump_date,
+                                     byte_range=extract.slice_range(part, self.slice, self.slices))
+        write_receipt(out, stats=stats)
+
+
+class ExtractPart(DumpTask):
+    """WikiExtractor over one dump part: articles as JSON lines, clock magic words pinned to the dump date.
+
+    A multistream part larger than --slice-mb is extracted as slices in parallel and joined;
+    the output is the same bytes whatever the slice size.
+    """
+
+    part = luigi.Parameter()
+    slice_mb = luigi.FloatParameter(default=100.0, significant=False,
+                                  description="multistream parts: MB of bz2 per parallel extraction slice")
+
+    def slice_count(self) -> int:
+        if not self.multistream or self.slice_mb <= 0:
+            return 1
+        size = next((p.size for p in self.parts() if p.name == self.part), None) or 0
+        return max(1, math.ceil(size / (self.slice_mb * 1e6)))
+
+    def requires(self):
+        count = self.slice_count()
+        if count == 1:
+            return DownloadPart(part=self.part, **self.dump_params)
+        return [ExtractSlice(part=self.part, slice=k, slices=count, **self.dump_params) for k in range(count)]
 
     def output(self):
         return ReceiptTarget(self.work_dir / "extracted" / (_stem(self.part) + ".jsonl"))
@@ -185,8 +228,16 @@ class ExtractPart(DumpTask):
     def run(self):
         out = self.output().path
         remove_stale_temps(out)
-        stats = extract.extract_part(self.input().path, out, self.dump_date)
+        if isinstance(self.input(), list):
+            slices = [(t.path, t.receipt()["stats"]) for t in self.input()]
+            stats = extract.join_slices(slices, out)
+        else:
+            stats = extract.extract_part(self.input().path, out, self.dump_date)
         write_receipt(out, stats=stats)
+        if isinstance(self.input(), list):  # joined and committed: the slices are no longer needed
+            for t in self.input():
+                receipt_path(t.path).unlink(missing_ok=True)
+                t.path.unlink(missing_ok=True)
 
 
 class SentenceParams(DumpTask):
@@ -209,7 +260,7 @@ class TrainPunkt(DumpTask):
     min_doc_chars = luigi.IntParameter(default=200)
 
     def requires(self):
-        return [ExtractPart(part=name, **self.dump_params) for name in self.part_names()]
+        return [ExtractPart(part=name, **self.dump_params) for name in self.xml_part_names()]
 
     def output(self):
         return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
@@ -244,7 +295,7 @@ class SentenceShards(SentenceParams):
     """All sentence shards: shard i is bucket i of every part, in part order."""
 
     def requires(self):
-        return [SplitPart(part=name, **self.sentence_params) for name in self.part_names()]
+        return [SplitPart(part=name, **self.sentence_params) for name in self.xml_part_names()]
 
     def output(self):
         return ReceiptTarget(self.work_dir / "sentences" / self.split_name)
@@ -255,7 +306,7 @@ class SentenceShards(SentenceParams):
         dropped: dict[str, int] = {}
         receipts = [t.receipt()["stats"]["dropped"] for t in self.input()]
         receipts += [ExtractPart(part=name, **self.dump_params).output().receipt()["stats"]["dropped"]
-                     for name in self.part_names()]
+                     for name in self.xml_part_names()]
         for stats in receipts:
             for reason, n in stats.items():
                 dropped[reason] = dropped.get(reason, 0) + n
