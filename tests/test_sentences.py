@@ -41,7 +41,7 @@ def test_shard_of_is_stable_and_spreads_documents():
 
 def test_punkt_trained_offline_learns_abbreviations(extracted, tmp_path):
     model = tmp_path / "punkt.json"
-    stats = sentences.train_punkt([extracted], model, min_chars=200)
+    stats = sentences.train_punkt(sentences.punkt_sample([extracted], min_chars=200), model)
     assert stats["trained_on_chars"] > 50000
     learned = set(json.loads(model.read_text())["abbrev_types"])
     assert {"dr", "e.g", "u.s", "st"} <= learned
@@ -54,7 +54,7 @@ def test_punkt_trained_offline_learns_abbreviations(extracted, tmp_path):
 
 def test_split_and_merge_write_the_generator_input_format(extracted, tmp_path):
     model = tmp_path / "punkt.json"
-    sentences.train_punkt([extracted], model, min_chars=200)
+    sentences.train_punkt(sentences.punkt_sample([extracted], min_chars=200), model)
     n_docs = sum(1 for _ in sentences.read_documents(extracted))
     out = tmp_path / "split" / "part1"
     stats = sentences.split_part(extracted, model, out, num_shards=3, seed=5, min_chars=200)
@@ -87,7 +87,7 @@ def test_bad_inputs_name_the_file(tmp_path):
         list(sentences.read_documents(bad))
     empty = write_extracted(tmp_path / "empty.jsonl", [{"id": 1, "title": "x", "text": "short"}])
     with pytest.raises(PrepError, match="no article text"):
-        sentences.train_punkt([empty], tmp_path / "p.json", min_chars=100)
+        sentences.train_punkt(sentences.punkt_sample([empty], min_chars=100), tmp_path / "p.json")
     notmodel = tmp_path / "notmodel.json"
     notmodel.write_text("[]")
     with pytest.raises(PrepError, match="notmodel.json: not a wikiprep Punkt model"):

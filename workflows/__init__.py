@@ -255,19 +255,29 @@ class SentenceParams(DumpTask):
 
 
 class TrainPunkt(DumpTask):
-    """The Punkt sentence model, trained unsupervised on the dump itself (offline; no nltk.download)."""
+    """The Punkt sentence model, trained unsupervised on the dump itself (offline; no nltk.download).
+
+    It needs only the first ~2 M characters of text, so it waits for the first part alone and
+    asks for the next parts (dynamic dependencies) only while the sample is short: training
+    overlaps the extraction of the other parts.
+    """
 
     min_doc_chars = luigi.IntParameter(default=200)
 
     def requires(self):
-        return [ExtractPart(part=name, **self.dump_params) for name in self.xml_part_names()]
+        return ExtractPart(part=self.xml_part_names()[0], **self.dump_params)
 
     def output(self):
         return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
 
     def run(self):
-        stats = sentences.train_punkt([t.path for t in self.input()], self.output().path,
-                                      min_chars=self.min_doc_chars)
+        paths = []
+        for name in self.xml_part_names():
+            paths.append((yield ExtractPart(part=name, **self.dump_params)).path)
+            sample = sentences.punkt_sample(paths, min_chars=self.min_doc_chars)
+            if sum(map(len, sample)) >= sentences.PUNKT_SAMPLE_CHARS:
+                break
+        stats = sentences.train_punkt(sample, self.output().path, source=", ".join(p.name for p in paths))
         write_receipt(self.output().path, stats=stats)
 
 
