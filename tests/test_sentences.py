@@ -52,6 +52,29 @@ def test_punkt_trained_offline_learns_abbreviations(extracted, tmp_path):
                    "It employed many people, e.g. farmers and smiths."]
 
 
+def test_plain_regex_punkt_equals_nltk_punkt(extracted, tmp_path):
+    """Our `re`-compiled Punkt trains the same model and splits the same sentences as stock nltk."""
+    from nltk.tokenize.punkt import PunktSentenceTokenizer, PunktTrainer
+
+    sample = sentences.punkt_sample([extracted], min_chars=200)
+    model = tmp_path / "punkt.json"
+    sentences.train_punkt(sample, model)
+    stock = PunktTrainer()
+    stock.train("\n\n".join(sample))
+    params = stock.get_params()
+    saved = json.loads(model.read_text())
+    assert saved["abbrev_types"] == sorted(params.abbrev_types)
+    assert saved["sent_starters"] == sorted(params.sent_starters)
+    assert saved["ortho_context"] == sorted([k, v] for k, v in params.ortho_context.items())
+    assert saved["collocations"] == sorted(list(c) for c in params.collocations)
+    ours, theirs = sentences.load_punkt(model), PunktSentenceTokenizer(params)
+    paragraphs = [p for text in sample for p in text.split("\n")]
+    paragraphs += ["He said “Stop.” Then he left... Really?! (See p. 4.) 'Quoted.' Done", "3.14 is pi. Ok.",
+                   "Mr. A. B. Smith Jr. met U.S. officials -- twice. Next."]
+    assert sum(len(ours.tokenize(p)) for p in paragraphs) > 1000
+    assert [ours.tokenize(p) for p in paragraphs] == [theirs.tokenize(p) for p in paragraphs]
+
+
 def test_split_and_merge_write_the_generator_input_format(extracted, tmp_path):
     model = tmp_path / "punkt.json"
     sentences.train_punkt(sentences.punkt_sample([extracted], min_chars=200), model)
