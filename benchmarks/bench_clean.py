@@ -1,8 +1,9 @@
 """Throughput of extraction and cleaning on the embedded sample dump, and the markup left.
 
     .venv/bin/python benchmarks/bench_clean.py [--repeat 3]
+    .venv/bin/python benchmarks/bench_clean.py --xml-mb 50 --repeat 1     # a synthetic dump of 50 MB
 
-Writes the sample dump to a temporary folder, extracts each part with extract_part (best
+Writes the sample dump (or, with --xml-mb, `write_synthetic_dump` of that size) to a temporary folder, extracts each part with extract_part (best
 of --repeat runs), cleans every extracted article with clean_text, and prints one JSON
 object: MB of uncompressed XML per second for extraction and for cleaning (cleaning also
 per MB of its own input), articles and drops, the clean prose size, and markup_residue
@@ -19,17 +20,19 @@ from pathlib import Path
 
 from wikiprep.clean import clean_text, markup_residue
 from wikiprep.extract import extract_part
-from wikiprep.samples import write_sample_dump
+from wikiprep.samples import write_sample_dump, write_synthetic_dump
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--xml-mb", type=float, default=0, help="a synthetic dump of this size instead of the sample")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         started = time.perf_counter()
-        folder = write_sample_dump(tmp / "site")
+        folder = (write_synthetic_dump(tmp / "site", xml_mb=args.xml_mb) if args.xml_mb
+                  else write_sample_dump(tmp / "site"))
         sample_seconds = time.perf_counter() - started
         parts = sorted(p for p in folder.iterdir() if p.suffix == ".bz2")
         xml_bytes = extract_seconds = 0.0

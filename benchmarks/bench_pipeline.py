@@ -85,7 +85,7 @@ def luigi_args(task: str, data: Path, site: Path, args, vocab: Path | None) -> l
     if task.startswith("Pretrain"):
         out += ["--num-shards", str(args.num_shards), "--vocab-file", str(vocab),
                 "--dupe-factor", str(SETTINGS["dupe_factor"]), "--seed", str(SETTINGS["random_seed"]),
-                "--ExtractPart-slice-mb", str(args.slice_mb)]
+                "--extract-slice-mb", str(args.slice_mb)]
     return out
 
 
@@ -109,13 +109,17 @@ def run_ours(site: Path, work: Path, args, vocab: Path) -> dict:
     if r.returncode:
         sys.exit("Pretrain128 failed:\n" + r.stderr[-3000:])
     tasks = [json.loads(line) for line in log.read_text().splitlines()]
-    by_family: dict[str, dict] = defaultdict(lambda: {"tasks": 0, "seconds": 0.0})
+    by_family: dict[str, dict] = defaultdict(lambda: {"tasks": 0, "seconds": 0.0, "peak_rss_mb": 0.0})
     for t in tasks:
-        by_family[t["task"]]["tasks"] += 1
-        by_family[t["task"]]["seconds"] = round(by_family[t["task"]]["seconds"] + t["seconds"], 2)
+        family = by_family[t["task"]]
+        family["tasks"] += 1
+        family["seconds"] = round(family["seconds"] + t["seconds"], 2)
+        family["peak_rss_mb"] = max(family["peak_rss_mb"], t["maxrss_mb"])
     dataset = next((data / f"enwiki-{DATE}").glob("seq128_*"))
     stats = json.loads((dataset / "stats.json").read_text())
-    return {"seconds": round(seconds, 1), "task_seconds": dict(sorted(by_family.items())),
+    shards = sorted((data / f"enwiki-{DATE}" / "sentences").glob("*/shard_*.txt"))
+    return {"seconds": round(seconds, 1), "tasks": dict(sorted(by_family.items())),
+            "largest_sentence_shard_mb": mb(max(p.stat().st_size for p in shards)),
             "peak_worker_rss_mb": max(t["maxrss_mb"] for t in tasks),
             "instances": stats["total"]["instances"], "documents": stats["total"]["documents"],
             "dataset": str(dataset)}
@@ -156,7 +160,7 @@ def run_stages(parts: list[Path], work: Path, vocab: Path) -> dict:
     report["extract_wikiextractor"] = {"in_mb": mb(xml_bytes), "mb_per_s": mb(xml_bytes / t),
                                        "out_mb": mb(out.stat().st_size)}
     punkt = next(data.glob("punkt_min*.json"))
-    extracted = data / "extracted" / (part.name[:-4] + ".jsonl")
+    extracted = out  # the first part, extracted whole just above
     sample = sentences.punkt_sample([extracted], min_chars=200)
     t = _time(lambda: sentences.train_punkt(sample, tmp / "punkt.json"))
     chars = sum(map(len, sample))
@@ -191,7 +195,7 @@ def main() -> None:
     parser.add_argument("--xml-mb", type=float, default=24.0, help="uncompressed XML of the synthetic dump")
     parser.add_argument("--parts", type=int, default=2)
     parser.add_argument("--multistream", action="store_true", help="multistream parts (bz2 stream per 100 pages)")
-    parser.add_argument("--slice-mb", type=float, default=100.0, help="our ExtractPart --slice-mb")
+    parser.add_argument("--slice-mb", type=float, default=100.0, help="our --extract-slice-mb (multistream only)")
     parser.add_argument("--workers", type=int, default=2, help="Luigi workers, and the anchors' processes")
     parser.add_argument("--num-shards", type=int, default=16)
     parser.add_argument("--vocab", type=Path, default=FIXTURE_VOCAB)

@@ -27,13 +27,22 @@ def dump(tmp_path_factory):
 
 
 def extract_in_slices(part: Path, count: int, out_dir: Path) -> tuple[Path, dict, list]:
-    slices, ranges = [], []
+    """Extract each slice; return their outputs joined in order, their summed stats, and the ranges."""
+    joined = out_dir / f"joined{count}.jsonl"
+    total = {"part": part.name, "pages": 0, "articles": 0, "xml_bytes": 0,
+             "dropped": dict.fromkeys(extract.DROP_REASONS, 0)}
+    ranges, data = [], b""
     for k in range(count):
         ranges.append(extract.slice_range(part, k, count))
         out = out_dir / f"slice{k}.jsonl"
-        slices.append((out, extract.extract_part(part, out, DATE, byte_range=ranges[-1])))
-    joined = out_dir / f"joined{count}.jsonl"
-    return joined, extract.join_slices(slices, joined), ranges
+        stats = extract.extract_part(part, out, DATE, byte_range=ranges[-1])
+        data += out.read_bytes()
+        for key in ("pages", "articles", "xml_bytes"):
+            total[key] += stats[key]
+        for reason, n in stats["dropped"].items():
+            total["dropped"][reason] += n
+    joined.write_bytes(data)
+    return joined, total, ranges
 
 
 @pytest.mark.parametrize("count", [2, 3, 5])
@@ -95,6 +104,14 @@ def test_streams_that_cut_pages_are_never_slice_boundaries(dump, tmp_path):
     assert all(r[0] == 0 or r[0] == r[1] for r in ranges)  # no stream here starts at a <page>
 
 
+def test_a_part_is_judged_on_all_of_its_slices():
+    empty = {"part": "p1.bz2", "pages": 100, "articles": 0, "dropped": {"redirect": 100}}
+    full = {"part": "p1.bz2", "pages": 100, "articles": 80, "dropped": {"redirect": 20}}
+    extract.check_parts([empty, full, empty])  # one slice of only redirects is fine
+    with pytest.raises(PrepError, match=r"dump part p2\.bz2 yields no articles \(200 pages; dropped: redirect 200\)"):
+        extract.check_parts([full, dict(empty, part="p2.bz2"), dict(empty, part="p2.bz2")])
+
+
 def test_truncated_multistream_part_names_the_file(dump, tmp_path):
     _, part, _, _ = dump
     bad = tmp_path / part.name
@@ -115,16 +132,21 @@ def test_luigi_extracts_multistream_parts_in_slices_with_identical_output(dump, 
         data = tmp_path / f"data{slice_mb}"
         r = subprocess.run([str(Path(sys.executable).with_name("luigi")), "--module", "workflows", "SentenceShards",
                             "--data-dir", str(data), "--dump-url", site, "--dump-date", DATE, "--multistream",
-                            "--num-shards", "3", "--ExtractPart-slice-mb", slice_mb,
+                            "--num-shards", "3", "--extract-slice-mb", slice_mb,
                             "--local-scheduler", "--workers", "2"],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
         work = data / f"enwiki-{DATE}"
-        ran_slices = "ExtractSlice" in r.stdout + r.stderr
-        assert ran_slices == (slice_mb != "0")
-        assert not list((work / "extracted").glob(".slices/*.jsonl"))  # joined, then removed
+        extracted = sorted((work / "extracted").glob("*.jsonl"))
+        splits = sorted(p.name for p in (work / "split").glob("*/*") if not p.name.startswith("."))
+        if slice_mb == "0":
+            assert [p.name for p in extracted] == [dump[1].name[:-4] + ".jsonl"] and len(splits) == 1
+        else:  # 0.1 MB of bz2 per slice: the part is extracted and split as several pieces
+            assert len(extracted) >= 2 and all(".slice" in p.name for p in extracted)
+            assert len(splits) == len(extracted)
         # the index files are not needed: slices are cut at stream headers found in the part itself
         assert [p.name for p in (data / "downloads" / "enwiki" / DATE).glob("*.bz2")] == [dump[1].name]
         outputs[slice_mb] = {p.name: p.read_bytes() for p in sorted(work.glob("sentences/*/shard_*.txt"))}
-        outputs[slice_mb]["extracted"] = next((work / "extracted").glob("*.jsonl")).read_bytes()
-    assert len(outputs["0"]) == 4 and outputs["0.1"] == outputs["0"]
+        outputs[slice_mb]["extracted"] = b"".join(p.read_bytes() for p in extracted)
+        outputs[slice_mb]["punkt"] = next(work.glob("punkt_*.json")).read_bytes()
+    assert len(outputs["0"]) == 5 and outputs["0.1"] == outputs["0"]

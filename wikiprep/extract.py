@@ -38,9 +38,9 @@ Choices, and why:
   the XML can be cut. `slice_range(part, k, n)` finds slice k's two cuts by searching
   forward from k/n and (k+1)/n of the file for a stream header ("BZh" + level + the
   block magic "1AY&SY"), so no index file is needed and a part that has one stream (the
-  plain `pages-articles` parts) is simply one slice. Pages are extracted independently
-  and slices are joined in order, so the joined output is byte-identical to extracting
-  the part whole: the slice count changes speed, never the result.
+  plain `pages-articles` parts) is simply one slice. Pages are extracted independently,
+  so the slices' outputs, in order, are byte for byte the part's output: the slice count
+  changes speed, never the result.
 - `html_safe=False`: the output is JSON, not HTML, so WikiExtractor's final
   `html.escape` would only add `&amp;`/`&lt;` for `clean.py` to undo.
 - Python 3.11: wikiextractor 3.1.0 no longer has the inline-flag regexes that raised
@@ -411,7 +411,7 @@ def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: 
     XML read. Raises PrepError for a damaged part, a part that is not a MediaWiki export,
     and a part from which no article survives. With `byte_range` (from `slice_range`) only
     that slice is extracted, and a slice without articles is not an error: the part's
-    verdict comes when the slices are joined (`join_slices`).
+    verdict comes from all of its slices together (`check_parts`).
     """
     part_path, out_path = Path(part_path), Path(out_path)
     pinned = clock_magic_words(dump_date)
@@ -453,19 +453,15 @@ def _check_articles(stats: dict) -> None:
         raise PrepError(f"dump part {stats['part']} yields no articles ({stats['pages']} pages; dropped: {reasons})")
 
 
-def join_slices(slices: list[tuple[Path, dict]], out_path: Path) -> dict:
-    """Join extracted slices (path and stats of each, in slice order) into the part's output."""
-    stats = {"part": slices[0][1]["part"], "pages": 0, "articles": 0, "dropped": dict.fromkeys(DROP_REASONS, 0),
-             "xml_bytes": 0}
-    for _, st in slices:
-        for key in ("pages", "articles", "xml_bytes"):
-            stats[key] += st[key]
+def check_parts(stats: list[dict]) -> None:
+    """Raise for a part without articles, given the stats of its slices (in any grouping by part)."""
+    by_part: dict[str, dict] = {}
+    for st in stats:
+        total = by_part.setdefault(st["part"], {"part": st["part"], "pages": 0, "articles": 0,
+                                                "dropped": dict.fromkeys(DROP_REASONS, 0)})
+        total["pages"] += st["pages"]
+        total["articles"] += st["articles"]
         for reason, n in st["dropped"].items():
-            stats["dropped"][reason] += n
-    _check_articles(stats)
-    with atomic_write(out_path, "wb") as out:
-        for path, _ in slices:
-            with open(path, "rb") as f:
-                while block := f.read(1 << 20):
-                    out.write(block)
-    return stats
+            total["dropped"][reason] += n
+    for total in by_part.values():
+        _check_articles(total)

@@ -98,11 +98,15 @@ class DumpTask(PrepTask):
     wiki = luigi.Parameter(default="enwiki")
     dump_date = luigi.Parameter(description="a dated dump, YYYYMMDD (never 'latest')")
     multistream = luigi.BoolParameter(default=False, description="take the multistream variant of the dump")
+    extract_slice_mb = luigi.FloatParameter(
+        default=100.0, significant=False,
+        description="multistream dumps: extract and split each part in slices of about this many MB of bz2, in "
+                    "parallel (0: whole parts). The outputs are the same bytes either way")
 
     @property
     def dump_params(self) -> dict:
         return dict(data_dir=self.data_dir, dump_url=self.dump_url, wiki=self.wiki, dump_date=self.dump_date,
-                    multistream=self.multistream)
+                    multistream=self.multistream, extract_slice_mb=self.extract_slice_mb)
 
     @property
     def download_dir(self) -> Path:
@@ -128,9 +132,18 @@ class DumpTask(PrepTask):
     def part_names(self) -> list[str]:
         return [p.name for p in self.parts()]
 
-    def xml_part_names(self) -> list[str]:
-        """The parts that hold pages (a multistream dump also has index files)."""
-        return [p.name for p in self.parts() if not p.is_index]
+    def pieces(self) -> list[dict]:
+        """The units of extraction and splitting, in dump order: each part that holds pages (a multistream
+        dump also has index files), or, for a multistream dump, each slice of one (see extract.slice_range)."""
+        out = []
+        for p in self.parts():
+            if p.is_index:
+                continue
+            count = 1
+            if self.multistream and self.extract_slice_mb > 0 and p.size:
+                count = max(1, math.ceil(p.size / (self.extract_slice_mb * 1e6)))
+            out += [dict(part=p.name, slice=k, slices=count) for k in range(count)]
+        return out
 
 
 class DownloadPart(DumpTask):
@@ -176,68 +189,31 @@ def _stem(part_name: str) -> str:
     return part_name[:-4] if part_name.endswith(".bz2") else part_name
 
 
-class ExtractSlice(DumpTask):
-    """WikiExtractor over one slice of a multistream part (bz2 streams of whole pages)."""
+def _piece_name(part: str, slice: int, slices: int) -> str:
+    return _stem(part) if slices == 1 else f"{_stem(part)}.slice{slice:03d}of{slices:03d}"
+
+
+class ExtractPart(DumpTask):
+    """WikiExtractor over one dump part (or one slice of a multistream part): articles as JSON lines,
+    clock magic words pinned to the dump date."""
 
     part = luigi.Parameter()
-    slice = luigi.IntParameter()
-    slices = luigi.IntParameter()
+    slice = luigi.IntParameter(default=0)
+    slices = luigi.IntParameter(default=1)
 
     def requires(self):
         return DownloadPart(part=self.part, **self.dump_params)
 
     def output(self):
-        name = f"{_stem(self.part)}.slice{self.slice:03d}of{self.slices:03d}.jsonl"
-        return ReceiptTarget(self.work_dir / "extracted" / ".slices" / name)
+        return ReceiptTarget(self.work_dir / "extracted" / (_piece_name(self.part, self.slice, self.slices) + ".jsonl"))
 
     def run(self):
         out = self.output().path
         remove_stale_temps(out)
         part = self.input().path
-        stats = extract.extract_part(part, out, self.dump_date,
-                                     byte_range=extract.slice_range(part, self.slice, self.slices))
+        byte_range = None if self.slices == 1 else extract.slice_range(part, self.slice, self.slices)
+        stats = extract.extract_part(part, out, self.dump_date, byte_range=byte_range)
         write_receipt(out, stats=stats)
-
-
-class ExtractPart(DumpTask):
-    """WikiExtractor over one dump part: articles as JSON lines, clock magic words pinned to the dump date.
-
-    A multistream part larger than --slice-mb is extracted as slices in parallel and joined;
-    the output is the same bytes whatever the slice size.
-    """
-
-    part = luigi.Parameter()
-    slice_mb = luigi.FloatParameter(default=100.0, significant=False,
-                                  description="multistream parts: MB of bz2 per parallel extraction slice")
-
-    def slice_count(self) -> int:
-        if not self.multistream or self.slice_mb <= 0:
-            return 1
-        size = next((p.size for p in self.parts() if p.name == self.part), None) or 0
-        return max(1, math.ceil(size / (self.slice_mb * 1e6)))
-
-    def requires(self):
-        count = self.slice_count()
-        if count == 1:
-            return DownloadPart(part=self.part, **self.dump_params)
-        return [ExtractSlice(part=self.part, slice=k, slices=count, **self.dump_params) for k in range(count)]
-
-    def output(self):
-        return ReceiptTarget(self.work_dir / "extracted" / (_stem(self.part) + ".jsonl"))
-
-    def run(self):
-        out = self.output().path
-        remove_stale_temps(out)
-        if isinstance(self.input(), list):
-            slices = [(t.path, t.receipt()["stats"]) for t in self.input()]
-            stats = extract.join_slices(slices, out)
-        else:
-            stats = extract.extract_part(self.input().path, out, self.dump_date)
-        write_receipt(out, stats=stats)
-        if isinstance(self.input(), list):  # joined and committed: the slices are no longer needed
-            for t in self.input():
-                receipt_path(t.path).unlink(missing_ok=True)
-                t.path.unlink(missing_ok=True)
 
 
 class SentenceParams(DumpTask):
@@ -257,23 +233,23 @@ class SentenceParams(DumpTask):
 class TrainPunkt(DumpTask):
     """The Punkt sentence model, trained unsupervised on the dump itself (offline; no nltk.download).
 
-    It needs only the first ~2 M characters of text, so it waits for the first part alone and
-    asks for the next parts (dynamic dependencies) only while the sample is short: training
-    overlaps the extraction of the other parts.
+    It needs only the first ~2 M characters of text, so it waits for the first part (or slice)
+    alone and asks for the next ones (dynamic dependencies) only while the sample is short:
+    training overlaps the extraction of the rest.
     """
 
     min_doc_chars = luigi.IntParameter(default=200)
 
     def requires(self):
-        return ExtractPart(part=self.xml_part_names()[0], **self.dump_params)
+        return ExtractPart(**self.pieces()[0], **self.dump_params)
 
     def output(self):
         return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
 
     def run(self):
         paths = []
-        for name in self.xml_part_names():
-            paths.append((yield ExtractPart(part=name, **self.dump_params)).path)
+        for piece in self.pieces():
+            paths.append((yield ExtractPart(**piece, **self.dump_params)).path)
             sample = sentences.punkt_sample(paths, min_chars=self.min_doc_chars)
             if sum(map(len, sample)) >= sentences.PUNKT_SAMPLE_CHARS:
                 break
@@ -282,16 +258,19 @@ class TrainPunkt(DumpTask):
 
 
 class SplitPart(SentenceParams):
-    """One extracted part cleaned, split into sentences and spread over the shards by hash(seed, page id)."""
+    """One extracted part (or slice) cleaned, split into sentences and spread over the shards by
+    hash(seed, page id)."""
 
     part = luigi.Parameter()
+    slice = luigi.IntParameter(default=0)
+    slices = luigi.IntParameter(default=1)
 
     def requires(self):
-        return {"part": ExtractPart(part=self.part, **self.dump_params),
+        return {"part": ExtractPart(part=self.part, slice=self.slice, slices=self.slices, **self.dump_params),
                 "punkt": TrainPunkt(min_doc_chars=self.min_doc_chars, **self.dump_params)}
 
     def output(self):
-        return ReceiptTarget(self.work_dir / "split" / self.split_name / _stem(self.part))
+        return ReceiptTarget(self.work_dir / "split" / self.split_name / _piece_name(self.part, self.slice, self.slices))
 
     def run(self):
         if self.num_shards < 1:
@@ -302,10 +281,11 @@ class SplitPart(SentenceParams):
 
 
 class SentenceShards(SentenceParams):
-    """All sentence shards: shard i is bucket i of every part, in part order."""
+    """All sentence shards: shard i is bucket i of every part (or slice), in dump order. Slices partition
+    their part in page order, so the shards are the same bytes whether parts were sliced or not."""
 
     def requires(self):
-        return [SplitPart(part=name, **self.sentence_params) for name in self.xml_part_names()]
+        return [SplitPart(**piece, **self.sentence_params) for piece in self.pieces()]
 
     def output(self):
         return ReceiptTarget(self.work_dir / "sentences" / self.split_name)
@@ -314,9 +294,9 @@ class SentenceShards(SentenceParams):
         splits = [t.path for t in self.input()]
         # Documents dropped at extraction (redirects, other namespaces...) and at cleaning, by reason.
         dropped: dict[str, int] = {}
-        receipts = [t.receipt()["stats"]["dropped"] for t in self.input()]
-        receipts += [ExtractPart(part=name, **self.dump_params).output().receipt()["stats"]["dropped"]
-                     for name in self.xml_part_names()]
+        extracted = [ExtractPart(**piece, **self.dump_params).output().receipt()["stats"] for piece in self.pieces()]
+        extract.check_parts(extracted)  # a sliced part is judged whole: did any of its slices hold an article?
+        receipts = [t.receipt()["stats"]["dropped"] for t in self.input()] + [st["dropped"] for st in extracted]
         for stats in receipts:
             for reason, n in stats.items():
                 dropped[reason] = dropped.get(reason, 0) + n
