@@ -1,8 +1,8 @@
 """The anchors' chain: how NVIDIA DLE / Graphcore users turn dump parts into indexed TFRecords.
 
 Stages, each run in subprocesses of the caller's Python, timed, with its bytes in and out and the
-peak RSS of its largest single process (ru_maxrss from os.wait4, which for a process that waits
-for its own children, as WikiExtractor's multiprocessing does, is the largest in its tree):
+peak RSS of its largest single process (RUSAGE_CHILDREN of a small wrapper that runs the command:
+the largest ru_maxrss in the command's process tree, see MEASURE):
 
   a. extract    `python -m wikiextractor.WikiExtractor PART.bz2 --processes N -o DIR -b 100M`,
                 one run per part in part order, default template expansion (as DLE's bertPrep and
@@ -50,20 +50,33 @@ def _env() -> dict:
     return env
 
 
+# A process's ru_maxrss starts from the high-water mark of the process it was forked from, up to
+# its exec (Linux keeps it across exec). So each stage command runs under this small exec'd
+# Python, which reports the largest ru_maxrss among its own descendants: theirs, not the caller's.
+MEASURE = ("import json, resource, subprocess, sys\n"
+           "code = subprocess.call(sys.argv[2:])\n"
+           "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+           "open(sys.argv[1], 'w').write(json.dumps(peak))\n"
+           "sys.exit(code)\n")
+
+
 def _start(argv: list, log: Path) -> tuple:
+    peak_file = log.with_suffix(".maxrss")
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=_env())
+        proc = subprocess.Popen([sys.executable, "-c", MEASURE, str(peak_file), *map(str, argv)],
+                                stdout=out, stderr=subprocess.STDOUT, env=_env())
     return proc, argv, log
 
 
 def _finish(started: list) -> int:
-    """Wait for the processes; return the largest ru_maxrss (KiB); raise if any failed."""
+    """Wait for the processes; return the largest ru_maxrss (KiB) among them; raise if any failed."""
     peak = 0
     failures = []
     for proc, argv, log in started:
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen.wait
-        peak = max(peak, usage.ru_maxrss)
+        proc.wait()
+        peak_file = log.with_suffix(".maxrss")
+        if peak_file.exists():
+            peak = max(peak, json.loads(peak_file.read_text()))
         if proc.returncode != 0:
             failures.append(f"{' '.join(map(str, argv[1:4]))}... exited {proc.returncode}, see {log}")
     if failures:
