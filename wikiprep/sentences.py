@@ -66,6 +66,27 @@ class PlainRegexToken(PunktToken):
         return _NON_PUNCT_RE.search(self.type)
 
 
+class PunktSplitter(PunktSentenceTokenizer):
+    """Punkt with its per-candidate decision memoised. For every ".", "?" or "!" that may end a
+    sentence, Punkt re-tokenizes and re-annotates the little context around it ("century. The");
+    the answer depends only on that string and the model, and the same contexts recur
+    ("). In", "U.S. The"), so they are decided once. Bounded: the table is emptied when full."""
+
+    MAX_CONTEXTS = 200_000
+
+    def __init__(self, params: PunktParameters):
+        super().__init__(params, lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
+        self._decided: dict[str, bool] = {}
+
+    def text_contains_sentbreak(self, text: str) -> bool:
+        decided = self._decided.get(text)
+        if decided is None:
+            if len(self._decided) >= self.MAX_CONTEXTS:
+                self._decided.clear()
+            decided = self._decided[text] = super().text_contains_sentbreak(text)
+        return decided
+
+
 def shard_of(seed: int, page_id: int, num_shards: int) -> int:
     """The shard of a page: stable across runs, machines and Python hash seeds."""
     digest = hashlib.sha256(f"{seed}:{page_id}".encode()).digest()
@@ -136,7 +157,7 @@ def train_punkt(sample: list[str], out_path: str | Path, *, source: str = "the e
     return {"abbreviations": len(model["abbrev_types"]), "trained_on_chars": model["trained_on_chars"]}
 
 
-def load_punkt(path: str | Path) -> PunktSentenceTokenizer:
+def load_punkt(path: str | Path) -> PunktSplitter:
     path = Path(path)
     try:
         model = json.loads(path.read_text(encoding="utf-8"))
@@ -150,7 +171,7 @@ def load_punkt(path: str | Path) -> PunktSentenceTokenizer:
         raise PrepError(f"{path}: sentence model not found") from None
     except (ValueError, KeyError, TypeError):
         raise PrepError(f"{path}: not a wikiprep Punkt model") from None
-    return PunktSentenceTokenizer(params, lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
+    return PunktSplitter(params)
 
 
 def document_sentences(paragraphs: list[str], splitter: PunktSentenceTokenizer) -> list[str]:
