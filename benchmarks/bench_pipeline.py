@@ -3,10 +3,12 @@
     .venv/bin/python benchmarks/bench_pipeline.py                       # 24 MB of XML, 2 parts, 2 cores
     .venv/bin/python benchmarks/bench_pipeline.py --multistream --parts 1 --slice-mb 1
     .venv/bin/python benchmarks/bench_pipeline.py --xml-mb 1000 --skip-anchors --skip-stages   # memory
+    .venv/bin/python benchmarks/bench_pipeline.py --dump-dir DATA/downloads/enwiki/20261101      # a real dump
 
 Both sides read the same bz2 parts of a synthetic dump (`write_synthetic_dump`: real
 MediaWiki export XML with the markup real articles carry; no real dump is reachable
-offline), use the same vocabulary (the fixtures' bert-base-uncased, else --vocab) and the
+offline), or of a downloaded dump given with --dump-dir (a `{wiki}/{date}` folder holding
+dumpstatus.json and the parts, as DownloadDump leaves them), use the same vocabulary (the fixtures' bert-base-uncased, else --vocab) and the
 same settings (seq 128, 20 predictions, dupe 5, seed 12345), and the same number of cores.
 
 - ours: `luigi --module workflows Pretrain128 --workers W` after the parts are downloaded
@@ -39,7 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE_VOCAB = REPO.parent / "shared" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
-DATE = "20260101"
+SYNTHETIC_DATE = "20260101"
 SETTINGS = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, random_seed=12345)
 
 
@@ -79,7 +81,7 @@ def _luigi_child(argv: list[str]) -> None:
 
 def luigi_args(task: str, data: Path, site: Path, args, vocab: Path | None) -> list[str]:
     out = ["--module", "workflows", task, "--data-dir", str(data), "--dump-url", site.as_uri(),
-           "--dump-date", DATE, "--local-scheduler", "--workers", str(args.workers)]
+           "--wiki", args.wiki, "--dump-date", args.date, "--local-scheduler", "--workers", str(args.workers)]
     if args.multistream:
         out.append("--multistream")
     if task.startswith("Pretrain"):
@@ -115,9 +117,9 @@ def run_ours(site: Path, work: Path, args, vocab: Path) -> dict:
         family["tasks"] += 1
         family["seconds"] = round(family["seconds"] + t["seconds"], 2)
         family["peak_rss_mb"] = max(family["peak_rss_mb"], t["maxrss_mb"])
-    dataset = next((data / f"enwiki-{DATE}").glob("seq128_*"))
+    dataset = next((data / f"{args.wiki}-{args.date}").glob("seq128_*"))
     stats = json.loads((dataset / "stats.json").read_text())
-    shards = sorted((data / f"enwiki-{DATE}" / "sentences").glob("*/shard_*.txt"))
+    shards = sorted((data / f"{args.wiki}-{args.date}" / "sentences").glob("*/shard_*.txt"))
     return {"seconds": round(seconds, 1), "tasks": dict(sorted(by_family.items())),
             "largest_sentence_shard_mb": mb(max(p.stat().st_size for p in shards)),
             "peak_worker_rss_mb": max(t["maxrss_mb"] for t in tasks),
@@ -137,14 +139,14 @@ def _time(fn, repeat: int = 1) -> float:
     return best
 
 
-def run_stages(parts: list[Path], work: Path, vocab: Path) -> dict:
+def run_stages(parts: list[Path], work: Path, vocab: Path, wiki: str, date: str) -> dict:
     """Each stage alone over its own real input from the Luigi run; MB/s of that input, per core."""
     from tokenizers import BertWordPieceTokenizer
 
     from wikiprep import extract, instances, sentences
     from wikiprep.extract import PartReader
 
-    data = work / "ours" / f"enwiki-{DATE}"
+    data = work / "ours" / f"{wiki}-{date}"
     tmp = work / "stages"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -156,7 +158,7 @@ def run_stages(parts: list[Path], work: Path, vocab: Path) -> dict:
     t = _time(lambda: sum(1 for _ in PartReader(part)))
     report["xml_pages_only"] = {"in_mb": mb(xml_bytes), "mb_per_s": mb(xml_bytes / t)}
     out = tmp / "extracted.jsonl"
-    t = _time(lambda: extract.extract_part(part, out, DATE))
+    t = _time(lambda: extract.extract_part(part, out, date))
     report["extract_wikiextractor"] = {"in_mb": mb(xml_bytes), "mb_per_s": mb(xml_bytes / t),
                                        "out_mb": mb(out.stat().st_size)}
     punkt = next(data.glob("punkt_min*.json"))
@@ -187,13 +189,15 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_luigi":
         _luigi_child(sys.argv[2:])
         return
-    if len(sys.argv) > 1 and sys.argv[1] == "_stages":  # _stages WORK VOCAB PART...
-        work, vocab, *parts = map(Path, sys.argv[2:])
-        print(json.dumps(run_stages(parts, work, vocab)))
+    if len(sys.argv) > 1 and sys.argv[1] == "_stages":  # _stages WIKI DATE WORK VOCAB PART...
+        wiki, date = sys.argv[2:4]
+        work, vocab, *parts = map(Path, sys.argv[4:])
+        print(json.dumps(run_stages(parts, work, vocab, wiki, date)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--xml-mb", type=float, default=24.0, help="uncompressed XML of the synthetic dump")
     parser.add_argument("--parts", type=int, default=2)
+    parser.add_argument("--dump-dir", type=Path, help="a downloaded dump's {wiki}/{date} folder instead of a synthetic one")
     parser.add_argument("--multistream", action="store_true", help="multistream parts (bz2 stream per 100 pages)")
     parser.add_argument("--slice-mb", type=float, default=100.0, help="our --extract-slice-mb (multistream only)")
     parser.add_argument("--workers", type=int, default=2, help="Luigi workers, and the anchors' processes")
@@ -210,13 +214,19 @@ def main() -> None:
     from wikiprep import download
     from wikiprep.samples import write_synthetic_dump
 
-    kind = "ms" if args.multistream else "plain"
-    site = args.work / f"site-{args.xml_mb:g}mb-{args.parts}p-{kind}"
-    folder = site / "enwiki" / DATE
-    if not (folder / "dumpstatus.json").exists():  # written last: its presence means the dump is whole
-        shutil.rmtree(site, ignore_errors=True)
-        write_synthetic_dump(site, date=DATE, xml_mb=args.xml_mb, parts=args.parts, multistream=args.multistream)
-    parts = [folder / p.name for p in download.list_parts(folder, "enwiki", DATE, multistream=args.multistream)
+    if args.dump_dir:
+        folder = args.dump_dir.resolve()
+        site, args.wiki, args.date = folder.parents[1], folder.parent.name, folder.name
+    else:
+        kind = "ms" if args.multistream else "plain"
+        site = args.work / f"site-{args.xml_mb:g}mb-{args.parts}p-{kind}"
+        args.wiki, args.date = "enwiki", SYNTHETIC_DATE
+        folder = site / args.wiki / args.date
+        if not (folder / "dumpstatus.json").exists():  # written last: its presence means the dump is whole
+            shutil.rmtree(site, ignore_errors=True)
+            write_synthetic_dump(site, date=args.date, xml_mb=args.xml_mb, parts=args.parts,
+                                 multistream=args.multistream)
+    parts = [folder / p.name for p in download.list_parts(folder, args.wiki, args.date, multistream=args.multistream)
              if not p.is_index]
     xml_bytes = sum(xml_size(p) for p in parts)
     report = {"dump": {"parts": [p.name for p in parts], "bz2_mb": mb(sum(p.stat().st_size for p in parts)),
@@ -236,7 +246,7 @@ def main() -> None:
         report["speedup"] = round(anchors["total_seconds"] / report["ours"]["seconds"], 2)
     if not args.skip_stages:  # in a child pinned to one core when taskset exists
         pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-        r = subprocess.run(pin + [sys.executable, __file__, "_stages", str(args.work), str(args.vocab),
+        r = subprocess.run(pin + [sys.executable, __file__, "_stages", args.wiki, args.date, str(args.work), str(args.vocab),
                                   *map(str, parts)], cwd=REPO, capture_output=True, text=True)
         if r.returncode:
             sys.exit("stages failed:\n" + r.stderr[-3000:])

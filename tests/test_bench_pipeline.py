@@ -31,3 +31,20 @@ def test_bench_pipeline_reports_every_stage(tmp_path):
     assert set(stages) >= {"bz2_decompress", "extract_wikiextractor", "train_punkt", "clean_and_split",
                            "instances_to_indexed_tfrecord", "hf_wordpiece_encode_batch"}
     assert all(s["mb_per_s"] > 0 for s in stages.values())
+
+
+def test_bench_pipeline_takes_a_downloaded_dump(tmp_path):
+    """--dump-dir: any dump folder in the dumps-site layout (here the embedded sample, as dewiki)."""
+    if not VOCAB.is_file():
+        pytest.skip(f"needs the reference vocabulary at {VOCAB} (../shared is absent)")
+    from wikiprep.samples import write_sample_dump
+
+    folder = write_sample_dump(tmp_path / "site", wiki="dewiki", date="20250301")
+    out = tmp_path / "report.json"
+    r = subprocess.run([sys.executable, "benchmarks/bench_pipeline.py", "--dump-dir", str(folder), "--num-shards", "2",
+                        "--skip-anchors", "--skip-stages", "--work", str(tmp_path / "work"), "--json", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert len(report["dump"]["parts"]) == 2 and report["ours"]["instances"] > 1000
+    assert Path(report["ours"]["dataset"]).parent.name == "dewiki-20250301"
