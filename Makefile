@@ -12,6 +12,7 @@ DUMP_URL   ?= https://dumps.wikimedia.org
 VOCAB_FILE ?=
 WORKERS    ?= 2
 NUM_SHARDS ?= 256
+MULTISTREAM ?=
 SCHEDULER  ?=
 DEMO_DIR   ?= demo
 
@@ -45,7 +46,8 @@ wiki-128 wiki-384 wiki-512: setup
 	  exit 2; fi
 	$(BIN)/luigi --module workflows Pretrain$(subst wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
-	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) --workers $(WORKERS) $(SCHEDULER_ARGS)
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) \
+	  --workers $(WORKERS) $(SCHEDULER_ARGS)
 
 luigid: setup
 	$(BIN)/luigid --address 0.0.0.0 --port 8082 --state-path $(DATA_DIR)/luigid/state.pickle --logdir $(DATA_DIR)/luigid
