@@ -28,7 +28,6 @@ Luigi worker process of ours, the largest process of each anchor stage.
 from __future__ import annotations
 
 import argparse
-import bz2
 import json
 import os
 import resource
@@ -40,6 +39,9 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks" / "anchors"))
+from chain import run_anchor_chain, xml_size  # noqa: E402  (benchmarks/ is not a package)
+
 FIXTURE_VOCAB = REPO.parent / "shared" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
 SYNTHETIC_DATE = "20260101"
 SETTINGS = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, random_seed=12345)
@@ -49,12 +51,6 @@ def mb(n: float) -> float:
     return round(n / 1e6, 2)
 
 
-def xml_size(part: Path) -> int:
-    n = 0
-    with bz2.open(part, "rb") as f:
-        while block := f.read(1 << 20):
-            n += len(block)
-    return n
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,9 +233,6 @@ def main() -> None:
     report["ours"] = run_ours(site, args.work, args, args.vocab)
     report["ours"]["xml_mb_per_s"] = mb(xml_bytes / report["ours"]["seconds"])
     if not args.skip_anchors:
-        sys.path.insert(0, str(REPO / "benchmarks" / "anchors"))
-        from chain import run_anchor_chain
-
         anchors = run_anchor_chain(parts, args.vocab, args.work / "anchors", processes=args.workers, **SETTINGS)
         anchors.pop("outputs", None)
         report["anchors"] = anchors

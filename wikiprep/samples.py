@@ -859,14 +859,18 @@ def build_pages(date: dt.date) -> list[dict]:
     page_id = 0
     for page in pages:
         page_id += rng.randint(1, 400)
-        seconds = rng.randint(3600, 40 * 86400)  # last edit 1 hour to 40 days before the dump
-        when = dt.datetime.combine(date, dt.time()) - dt.timedelta(seconds=seconds)
-        page.update(id=page_id, revid=1_100_000_000 + page_id * 7 + rng.randint(0, 6),
-                    timestamp=when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    contributor=rng.choice(CONTRIBUTORS),
-                    comment=rng.choice(["copyedit", "/* History */ expand", "ce", "Added citation",
-                                        "Reverted edits by 192.0.2.44", "fix typo"]))
+        stamp_revision(page, page_id, rng, date)
+        page["comment"] = rng.choice(["copyedit", "/* History */ expand", "ce", "Added citation",
+                                      "Reverted edits by 192.0.2.44", "fix typo"])
     return pages
+
+
+def stamp_revision(page: dict, page_id: int, rng: random.Random, date: dt.date) -> None:
+    """Give a page its id and a current revision: id, last edit 1 hour to 40 days before the dump, editor."""
+    seconds = rng.randint(3600, 40 * 86400)
+    when = dt.datetime.combine(date, dt.time()) - dt.timedelta(seconds=seconds)
+    page.update(id=page_id, revid=1_100_000_000 + page_id * 7 + rng.randint(0, 6),
+                timestamp=when.strftime("%Y-%m-%dT%H:%M:%SZ"), contributor=rng.choice(CONTRIBUTORS))
 
 
 def part_names(wiki: str, date: str, pages: list[dict], split: int) -> list[str]:
@@ -890,23 +894,33 @@ def write_sample_dump(site_root: Path, wiki: str = "enwiki", date: str = "202601
     pages = build_pages(day)
     split = len(pages) // 2
     names = part_names(wiki, date, pages, split)
-    files = {}
     for name, chunk in zip(names, [pages[:split], pages[split:]]):
         xml = siteinfo_xml(wiki) + "".join(page_xml(p) for p in chunk) + "</mediawiki>\n"
-        data = bz2.compress(xml.encode("utf-8"), 9)
-        write_bytes(folder / name, data)
-        files[name] = {"size": len(data), "url": f"/{wiki}/{date}/{name}",
-                       "md5": hashlib.md5(data).hexdigest(), "sha1": hashlib.sha1(data).hexdigest()}
+        write_bytes(folder / name, bz2.compress(xml.encode("utf-8"), 9))
+    finished = dt.datetime.combine(day, dt.time()) + dt.timedelta(days=1, hours=7, minutes=41, seconds=12)
+    write_dump_status(folder, wiki, date, "articlesdump", finished.strftime("%Y-%m-%d %H:%M:%S"), names)
+    return folder
+
+
+def write_dump_status(folder: Path, wiki: str, date: str, job: str, updated: str, names: list[str]) -> None:
+    """The sha1sums/md5sums files and dumpstatus.json for the files `names` already in `folder`.
+
+    dumpstatus.json is written last: once it exists, everything it lists is in place.
+    """
+    files = {}
+    for name in names:
+        md5, sha1 = hashlib.md5(), hashlib.sha1()
+        with open(folder / name, "rb") as f:
+            while block := f.read(1 << 20):
+                md5.update(block)
+                sha1.update(block)
+        files[name] = {"size": (folder / name).stat().st_size, "url": f"/{wiki}/{date}/{name}",
+                       "md5": md5.hexdigest(), "sha1": sha1.hexdigest()}
     for algo in ("sha1", "md5"):
         write_text(folder / f"{wiki}-{date}-{algo}sums.txt",
                    "".join(f"{files[n][algo]}  {n}\n" for n in sorted(files)))
-    finished = dt.datetime.combine(day, dt.time()) + dt.timedelta(days=1, hours=7, minutes=41, seconds=12)
-    status = {"version": "0.8", "jobs": {
-        "articlesdump": {"status": "done", "updated": finished.strftime("%Y-%m-%d %H:%M:%S"), "files": files},
-    }}
-    # dumpstatus.json last: once it exists, everything it lists is in place
+    status = {"version": "0.8", "jobs": {job: {"status": "done", "updated": updated, "files": files}}}
     write_text(folder / "dumpstatus.json", json.dumps(status, indent=1, sort_keys=True) + "\n")
-    return folder
 
 
 # ----------------------------------------------------------------------------------------
@@ -956,11 +970,8 @@ def synthetic_pages(seed: int, date: dt.date):
                           "ns": 14, "redirect": None, "text": f"{writer.sentence()}\n{{{{Commons category}}}}\n"})
         for page in batch:
             page_id += rng.randint(1, 40)
-            seconds = rng.randint(3600, 40 * 86400)
-            when = dt.datetime.combine(date, dt.time()) - dt.timedelta(seconds=seconds)
-            page.update(id=page_id, revid=1_100_000_000 + page_id * 7 + rng.randint(0, 6),
-                        timestamp=when.strftime("%Y-%m-%dT%H:%M:%SZ"), contributor=rng.choice(CONTRIBUTORS),
-                        comment="copyedit", model="wikitext", format="text/x-wiki")
+            stamp_revision(page, page_id, rng, date)
+            page.update(comment="copyedit", model="wikitext", format="text/x-wiki")
             yield page
 
 
@@ -988,7 +999,7 @@ def write_synthetic_dump(site_root: Path, wiki: str = "enwiki", date: str = "202
     pages = synthetic_pages(seed, day)
     per_part = xml_mb * 1e6 / parts
     kind = "pages-articles-multistream" if multistream else "pages-articles"
-    files = {}
+    names = []
     for n in range(1, parts + 1):
         tmp = folder / f".part{n}.tmp"
         index_lines: list[str] = []
@@ -1019,26 +1030,11 @@ def write_synthetic_dump(site_root: Path, wiki: str = "enwiki", date: str = "202
                 out.write(compressor.flush())
         name = f"{wiki}-{date}-{kind}{n}.xml-p{first}p{last}.bz2"
         tmp.replace(folder / name)
-        names = [name]
+        names.append(name)
         if multistream:
             index_name = f"{wiki}-{date}-{kind}-index{n}.txt-p{first}p{last}.bz2"
             write_bytes(folder / index_name, bz2.compress("".join(index_lines).encode("utf-8"), 9))
             names.append(index_name)
-        for name in names:
-            files[name] = {"size": (folder / name).stat().st_size, "url": f"/{wiki}/{date}/{name}",
-                           "md5": _file_hash(folder / name, "md5"), "sha1": _file_hash(folder / name, "sha1")}
-    for algo in ("sha1", "md5"):
-        write_text(folder / f"{wiki}-{date}-{algo}sums.txt",
-                   "".join(f"{files[n][algo]}  {n}\n" for n in sorted(files)))
     job = "articlesmultistreamdump" if multistream else "articlesdump"
-    status = {"version": "0.8", "jobs": {job: {"status": "done", "updated": f"{day:%Y-%m-%d} 07:41:12", "files": files}}}
-    write_text(folder / "dumpstatus.json", json.dumps(status, indent=1, sort_keys=True) + "\n")
+    write_dump_status(folder, wiki, date, job, f"{day:%Y-%m-%d} 07:41:12", names)
     return folder
-
-
-def _file_hash(path: Path, algo: str) -> str:
-    h = hashlib.new(algo)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

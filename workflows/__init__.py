@@ -247,11 +247,14 @@ class TrainPunkt(DumpTask):
         return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
 
     def run(self):
-        paths = []
+        paths, sample, taken = [], [], 0
         for piece in self.pieces():
             paths.append((yield ExtractPart(**piece, **self.dump_params)).path)
-            sample = sentences.punkt_sample(paths, min_chars=self.min_doc_chars)
-            if sum(map(len, sample)) >= sentences.PUNKT_SAMPLE_CHARS:
+            # each piece is read once, for what the sample still lacks
+            sample += sentences.punkt_sample(paths[-1:], min_chars=self.min_doc_chars,
+                                             max_chars=sentences.PUNKT_SAMPLE_CHARS - taken)
+            taken = sum(map(len, sample))
+            if taken >= sentences.PUNKT_SAMPLE_CHARS:
                 break
         stats = sentences.train_punkt(sample, self.output().path, source=", ".join(p.name for p in paths))
         write_receipt(self.output().path, stats=stats)
