@@ -251,4 +251,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from wikiprep.errors import PrepError
+
+    try:
+        main()
+    except PrepError as e:  # a wrong --dump-dir, a damaged part: one line, not a traceback
+        sys.exit(f"bench_pipeline: error: {e}")
