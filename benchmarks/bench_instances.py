@@ -278,9 +278,11 @@ def _child(args) -> None:
     if args.child == "wikiprep":
         sys.path.insert(0, str(REPO))
         from wikiprep.instances import create_pretraining_file
+        from wikiprep.options import GenerationOptions
 
         out = Path(args.workdir) / "bench.tfrecord"
-        stats = create_pretraining_file([args.input], args.vocab, str(out), str(out.with_suffix(".index")), **flags)
+        stats = create_pretraining_file([args.input], args.vocab, str(out), str(out.with_suffix(".index")),
+                                        GenerationOptions(**flags))
         instances = stats["instances"]
     else:
         feats = reference_instances([args.input], args.vocab, **flags)
@@ -294,22 +296,22 @@ def _child(args) -> None:
 def _phases(args) -> None:
     """Where the time goes: the writer's stages one after another, CPU seconds each (in this process)."""
     sys.path.insert(0, str(REPO))
+    from shardkit.records import RecordWriter
     from wikiprep import instances
-    from wikiprep.records import RecordWriter
+    from wikiprep.options import GenerationOptions
     from wikiprep.tokenization import Vocab
 
     flags = json.loads(args.child_flags)
-    opts = instances.Options(flags["max_seq_length"], flags["max_predictions_per_seq"], 0.15, 0.1,
-                             flags["dupe_factor"], flags["do_whole_word_mask"], False)
+    opts = GenerationOptions(**flags)
     clock = time.process_time
     t0 = clock()
     vocab = Vocab(args.vocab)
     corpus = instances.read_corpus([args.input], vocab)
     t1 = clock()
-    instances._generate(corpus, vocab, opts, random.Random(flags["random_seed"]), lambda *inst: None)
+    instances.generate(corpus, vocab, opts, random.Random(flags["random_seed"]), lambda *inst: None)
     t2 = clock()
     encoder, records = instances.InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq), []
-    instances._generate(corpus, vocab, opts, random.Random(flags["random_seed"]),
+    instances.generate(corpus, vocab, opts, random.Random(flags["random_seed"]),
                         lambda *inst: records.append(encoder.encode(*inst)))
     t3 = clock() - (t2 - t1)
     with RecordWriter(Path(args.workdir) / "phases.tfrecord", Path(args.workdir) / "phases.index") as w:
@@ -333,8 +335,8 @@ def _digest_features(feats) -> str:
 def _digest_file(path: Path) -> str:
     """Same digest as `_digest_features`, computed from the TFRecord file (records decoded in Python)."""
     sys.path.insert(0, str(REPO))
-    from wikiprep.cli import decode_example
-    from wikiprep.records import read_records
+    from shardkit.example import decode_example
+    from shardkit.records import read_records
 
     feats = []
     for data in read_records(path):

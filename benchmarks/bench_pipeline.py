@@ -140,6 +140,7 @@ def run_stages(parts: list[Path], work: Path, vocab: Path, wiki: str, date: str)
     from tokenizers import BertWordPieceTokenizer
 
     from wikiprep import extract, instances, sentences
+    from wikiprep.options import GenerationOptions
     from wikiprep.extract import PartReader
 
     data = work / "ours" / f"{wiki}-{date}"
@@ -169,7 +170,7 @@ def run_stages(parts: list[Path], work: Path, vocab: Path, wiki: str, date: str)
     shard = shards[0]
     size = shard.stat().st_size
     t = _time(lambda: instances.create_pretraining_file([str(shard)], str(vocab), str(tmp / "x.tfrecord"),
-                                                        str(tmp / "x.index"), **SETTINGS))
+                                                        str(tmp / "x.index"), GenerationOptions(**SETTINGS)))
     report["instances_to_indexed_tfrecord"] = {"in_mb": mb(size), "mb_per_s": mb(size / t)}
     lines = [line for line in shard.read_text(encoding="utf-8").splitlines() if line]
     hf = BertWordPieceTokenizer(str(vocab), lowercase=True)
@@ -251,7 +252,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from wikiprep.errors import PrepError
+    from shardkit.errors import PrepError
 
     try:
         main()

@@ -19,8 +19,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from wikiprep.errors import PrepError
-from wikiprep.records import import_tensorflow
+from shardkit.errors import PrepError
+from shardkit.tf import import_tensorflow
 
 from . import convert, images, labels
 
@@ -73,7 +73,7 @@ def find_shards(folder: Path) -> dict[str, list[Path]]:
 
 def iter_parsed(tf, shard: Path, check_crc: bool = True):
     """(batch of raw payloads, parsed dict of numpy arrays) per BATCH records of `shard`."""
-    from wikiprep.records import read_records
+    from shardkit.records import read_records
 
     spec = feature_spec(tf)
     batch = []
@@ -105,8 +105,8 @@ def iter_parsed(tf, shard: Path, check_crc: bool = True):
 
 def verify(folder: str | Path, synsets_file=None, decode_all: bool = False) -> dict:
     """Check a shard folder (see the module docstring); returns {split: records}. PrepError on a problem."""
-    from wikiprep.manifest import check_manifest
-    from wikiprep.records import check_index
+    from shardkit.manifest import check_manifest
+    from shardkit.records import check_index
 
     folder = Path(folder)
     shards = find_shards(folder)
@@ -182,7 +182,7 @@ def _check_record(tf, shard: Path, rec: dict, j: int, synsets: list[str], decode
 
 def stats(folder: str | Path, out_dir: str | Path, synsets_file=None) -> dict:
     """Per-split counts, per-class histogram and image sizes -> out_dir/stats.json and two PNG charts."""
-    from wikiprep.atomic import write_json, write_text
+    from shardkit.atomic import write_json, write_text
 
     folder, out_dir = Path(folder), Path(out_dir)
     if out_dir.resolve() == folder.resolve():
@@ -258,7 +258,7 @@ def _plot(out_dir: Path, per_class: dict[str, Counter], dims: dict[str, list], n
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from wikiprep.atomic import atomic_write
+    from shardkit.atomic import atomic_write
 
     fig, axes = plt.subplots(len(per_class), 1, figsize=(10, 3 * len(per_class)), squeeze=False)
     for ax, (split, counts) in zip(axes[:, 0], per_class.items()):

@@ -33,12 +33,13 @@ import re
 import tarfile
 from pathlib import Path
 
-from wikiprep.atomic import remove_all_stale_temps, write_json
-from wikiprep.errors import PrepError
-from wikiprep.manifest import write_manifest
-from wikiprep.records import BYTES, FLOAT, INT64, RecordWriter, encode_example
+from shardkit.atomic import remove_all_stale_temps, write_json
+from shardkit.errors import PrepError
+from shardkit.manifest import write_manifest
+from shardkit.records import RecordWriter
 
 from . import images, labels
+from .schema import IMAGENET_IMAGE
 
 PLAN_FORMAT = "imagenet_prep.plan/1"
 SPLITS = ("train", "validation")
@@ -416,24 +417,24 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path) -> d
 
 
 def _example(img: images.PreparedImage, filename: str, label: int, wnid: str, text: str, boxes) -> bytes:
-    """The 15 features of build_imagenet_data.py's _convert_to_example, same names and types."""
-    return encode_example([
-        ("image/height", INT64, [img.height]),
-        ("image/width", INT64, [img.width]),
-        ("image/colorspace", BYTES, [b"RGB"]),
-        ("image/channels", INT64, [3]),
-        ("image/class/label", INT64, [label]),
-        ("image/class/synset", BYTES, [wnid.encode()]),
-        ("image/class/text", BYTES, [text.encode("utf-8")]),
-        ("image/object/bbox/xmin", FLOAT, [b[0] for b in boxes]),
-        ("image/object/bbox/xmax", FLOAT, [b[2] for b in boxes]),
-        ("image/object/bbox/ymin", FLOAT, [b[1] for b in boxes]),
-        ("image/object/bbox/ymax", FLOAT, [b[3] for b in boxes]),
-        ("image/object/bbox/label", INT64, [label] * len(boxes)),
-        ("image/format", BYTES, [b"JPEG"]),
-        ("image/filename", BYTES, [filename.encode("utf-8")]),
-        ("image/encoded", BYTES, [img.data]),
-    ])
+    """The record of one image: build_imagenet_data.py's _convert_to_example, by the shared schema."""
+    return IMAGENET_IMAGE.encode({
+        "image/height": [img.height],
+        "image/width": [img.width],
+        "image/colorspace": [b"RGB"],
+        "image/channels": [3],
+        "image/class/label": [label],
+        "image/class/synset": [wnid.encode()],
+        "image/class/text": [text.encode("utf-8")],
+        "image/object/bbox/xmin": [b[0] for b in boxes],
+        "image/object/bbox/xmax": [b[2] for b in boxes],
+        "image/object/bbox/ymin": [b[1] for b in boxes],
+        "image/object/bbox/ymax": [b[3] for b in boxes],
+        "image/object/bbox/label": [label] * len(boxes),
+        "image/format": [b"JPEG"],
+        "image/filename": [filename.encode("utf-8")],
+        "image/encoded": [img.data],
+    })
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 
 WNID_RE = re.compile(r"n\d{8}")
 VAL_STEM = "ILSVRC2012_val_{:08d}"

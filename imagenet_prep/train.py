@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 from wikiprep.train import (
     check_params,
     dataset_files,

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from wikiprep.cli import build_parser, decode_example
-from wikiprep.instances import encode_features
-from wikiprep.manifest import write_manifest
-from wikiprep.records import encode_example, INT64, FLOAT, read_records, write_records
+from shardkit.example import decode_example
+from wikiprep.cli import build_parser
+from testkit.instances import encode_features
+from shardkit.manifest import write_manifest
+from shardkit.example import FLOAT, INT64, encode_example
+from shardkit.records import read_records, write_records
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"

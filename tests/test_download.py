@@ -14,7 +14,7 @@ import pytest
 
 from dumpserver import DumpServer
 from wikiprep import __version__
-from wikiprep.atomic import read_receipt, receipt_path
+from shardkit.atomic import read_receipt, receipt_path
 from wikiprep.download import (
     Part,
     default_user_agent,
@@ -22,7 +22,7 @@ from wikiprep.download import (
     fetch_part,
     list_parts,
 )
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 
 WIKI, DATE = "testwiki", "20240101"
 P = f"{WIKI}-{DATE}-"

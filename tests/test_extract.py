@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 from wikiprep.extract import (PartReader, clock_magic_words, extract_part, is_disambiguation)
 from wikiprep.samples import ARTICLES, write_sample_dump
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from imagenet_prep import cli, convert, samples
-from wikiprep.manifest import MANIFEST, write_manifest
-from wikiprep.records import RecordWriter, read_records
+from shardkit.manifest import MANIFEST, write_manifest
+from shardkit.records import RecordWriter, read_records
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]

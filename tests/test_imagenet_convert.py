@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from imagenet_prep import convert, images, labels, samples
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

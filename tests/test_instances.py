@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from wikiprep.errors import PrepError
-from wikiprep.instances import (create_pretraining_file, encode_features, generate_instances, read_corpus,
-                                write_pretraining_files)
-from wikiprep.records import check_index, read_records
+from shardkit.errors import PrepError
+from testkit.instances import encode_features, generate_instances
+from wikiprep.instances import create_pretraining_file, read_corpus, write_pretraining_files
+from wikiprep.options import GenerationOptions as Opts
+from shardkit.records import check_index, read_records
 from wikiprep.tokenization import FullTokenizer, Vocab
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,7 +81,7 @@ def _first_difference(got: list[dict], expected: list[dict]) -> str | None:
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_every_feature_of_every_instance_matches_the_original(fixtures, name):
     case = _case(name)
-    got = list(generate_instances(_inputs(case), _vocab(), **case["flags"]))
+    got = list(generate_instances(_inputs(case), _vocab(), Opts(**case["flags"])))
     assert len(got) == case["count"]
     assert _first_difference(got, _expected(name)) is None
 
@@ -92,7 +93,7 @@ def test_written_records_are_the_reference_instances_round_robin(fixtures, tmp_p
     paths = [tmp_path / f"out_{i}.tfrecord" for i in range(outputs)]
     indexes = [tmp_path / f"out_{i}.index" for i in range(outputs)]
     stats = write_pretraining_files(_inputs(case), _vocab(), [str(p) for p in paths], [str(p) for p in indexes],
-                                    **case["flags"])
+                                    Opts(**case["flags"]))
     files = [list(read_records(p)) for p in paths]
     for p, i in zip(paths, indexes):
         assert check_index(p, i) == len(list(read_records(p)))
@@ -123,7 +124,7 @@ def test_tensorflow_parses_the_file_with_the_contract_schema(fixtures, tmp_path)
     name = "synthetic_384_mask56_dup2_seed3"
     case = _case(name)
     out = tmp_path / "wiki_00000.tfrecord"
-    create_pretraining_file(_inputs(case), _vocab(), str(out), str(tmp_path / "wiki_00000.index"), **case["flags"])
+    create_pretraining_file(_inputs(case), _vocab(), str(out), str(tmp_path / "wiki_00000.index"), Opts(**case["flags"]))
     res = subprocess.run([sys.executable, "-c", TF_PARSE, str(out), "384", "56"], capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -166,7 +167,7 @@ def test_edge_case_input_matches_the_ported_original(fixtures, reference, tmp_pa
     text = tmp_path / "edge.txt"
     text.write_bytes(EDGE_INPUT.encode("utf-8") + b"invalid \xff\xfe utf-8 bytes are dropped\n")
     files = [str(text), str(FIXTURES / "inputs" / "sample_text.txt")]
-    ours = list(generate_instances(files, _vocab(), **flags))
+    ours = list(generate_instances(files, _vocab(), Opts(**flags)))
     theirs = reference.reference_instances(files, _vocab(), **flags)
     assert ours and _first_difference(ours, theirs) is None
 
@@ -271,8 +272,8 @@ def test_fixed_mask_count_gives_full_sequences_exactly_max_predictions(fixtures)
     case = _case("synthetic_128_dup5_seed12345")
     flags = dict(case["flags"], dupe_factor=1)
     seq, pred, prob = flags["max_seq_length"], flags["max_predictions_per_seq"], flags["masked_lm_prob"]
-    plain = list(generate_instances(_inputs(case), _vocab(), **flags))
-    fixed = list(generate_instances(_inputs(case), _vocab(), fixed_mask_count=True, **flags))
+    plain = list(generate_instances(_inputs(case), _vocab(), Opts(**flags)))
+    fixed = list(generate_instances(_inputs(case), _vocab(), Opts(fixed_mask_count=True, **flags)))
     full = 0
     for ex in fixed:
         n, m = sum(ex["input_mask"]), int(sum(ex["masked_lm_weights"]))
@@ -290,19 +291,19 @@ def test_same_inputs_and_seed_give_byte_identical_files(fixtures, tmp_path):
     for run in ("a", "b"):
         out = tmp_path / run / "wiki_00000.tfrecord"
         stats.append(create_pretraining_file(_inputs(case), _vocab(), str(out), str(out.with_suffix(".index")),
-                                             **case["flags"]))
+                                             Opts(**case["flags"])))
         digests.append([hashlib.sha256(p.read_bytes()).hexdigest() for p in (out, out.with_suffix(".index"))])
     assert digests[0] == digests[1]
     assert stats[0] == stats[1]
     other = tmp_path / "c" / "wiki_00000.tfrecord"
-    create_pretraining_file(_inputs(case), _vocab(), str(other), None, **dict(case["flags"], random_seed=10))
+    create_pretraining_file(_inputs(case), _vocab(), str(other), None, Opts(**dict(case["flags"], random_seed=10)))
     assert hashlib.sha256(other.read_bytes()).hexdigest() != digests[0][0]
 
 
 def test_stats_describe_the_instances(fixtures, tmp_path):
     case = _case("sample_512_mask76_dup2_seed7")
     expected = _expected(case["name"])
-    st = create_pretraining_file(_inputs(case), _vocab(), str(tmp_path / "x.tfrecord"), None, **case["flags"])
+    st = create_pretraining_file(_inputs(case), _vocab(), str(tmp_path / "x.tfrecord"), None, Opts(**case["flags"]))
     assert st["instances"] == len(expected)
     assert st["full_length"] == sum(1 for e in expected if sum(e["input_mask"]) == 512)
     assert st["masked_tokens"] == sum(int(sum(e["masked_lm_weights"])) for e in expected)
@@ -317,7 +318,7 @@ def test_bad_input_is_one_clear_error_and_leaves_nothing(fixtures, tmp_path):
 
     def fails(inputs, vocab=_vocab(), **flags) -> str:
         with pytest.raises(PrepError) as e:
-            create_pretraining_file(inputs, vocab, str(out), str(out.with_suffix(".index")), dupe_factor=1, **flags)
+            create_pretraining_file(inputs, vocab, str(out), str(out.with_suffix(".index")), Opts(dupe_factor=1, **flags))
         assert "\n" not in str(e.value)
         return str(e.value)
 

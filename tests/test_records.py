@@ -7,37 +7,37 @@ import sys
 import pytest
 import tensorflow as tf
 
-from wikiprep import atomic, manifest, records
-from wikiprep.errors import PrepError
+from shardkit import atomic, example, manifest, records
+from shardkit.errors import PrepError
 
 FEATURES = [
-    ("input_ids", records.INT64, [101, 7592, 30521, 0, 0]),
-    ("masked_lm_weights", records.FLOAT, [1.0, 0.0]),
-    ("big", records.INT64, [2**40, -1, 65535, 65536]),
-    ("image/encoded", records.BYTES, [b"\xff\xd8\xff", b""]),
-    ("empty", records.FLOAT, []),
+    ("input_ids", example.INT64, [101, 7592, 30521, 0, 0]),
+    ("masked_lm_weights", example.FLOAT, [1.0, 0.0]),
+    ("big", example.INT64, [2**40, -1, 65535, 65536]),
+    ("image/encoded", example.BYTES, [b"\xff\xd8\xff", b""]),
+    ("empty", example.FLOAT, []),
 ]
 
 
 def tf_example():
     def feat(kind, values):
-        if kind == records.INT64:
+        if kind == example.INT64:
             return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
-        if kind == records.FLOAT:
+        if kind == example.FLOAT:
             return tf.train.Feature(float_list=tf.train.FloatList(value=values))
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
     return tf.train.Example(features=tf.train.Features(feature={n: feat(k, v) for n, k, v in FEATURES}))
 
 
 def test_example_bytes_equal_protobuf_deterministic_serialization():
-    assert records.encode_example(FEATURES) == tf_example().SerializeToString(deterministic=True)
+    assert example.encode_example(FEATURES) == tf_example().SerializeToString(deterministic=True)
     # The order features are given in does not matter: the bytes are canonical.
-    assert records.encode_example(list(reversed(FEATURES))) == records.encode_example(FEATURES)
+    assert example.encode_example(list(reversed(FEATURES))) == example.encode_example(FEATURES)
 
 
 def test_tensorflow_reads_written_records_and_index(tmp_path):
     path = tmp_path / "x.tfrecord"
-    payloads = [records.encode_example([("i", records.INT64, [n] * n)]) for n in range(1, 6)]
+    payloads = [example.encode_example([("i", example.INT64, [n] * n)]) for n in range(1, 6)]
     assert records.write_records(path, payloads, records.index_path_for(path)) == 5
     got = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
     assert got == payloads

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 from wikiprep.samples import write_sample_dump
 
 NS = "{http://www.mediawiki.org/xml/export-0.10/}"

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from wikiprep import sentences
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 
 def write_extracted(path, docs):
     path.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")

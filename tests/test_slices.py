@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from wikiprep import extract
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 from wikiprep.samples import write_synthetic_dump
 
 DATE = "20260101"

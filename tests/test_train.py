@@ -1,4 +1,4 @@
-"""The thin trainers learn from real TFRecords written by `wikiprep.records`, and reject bad input.
+"""The thin trainers learn from real TFRecords written by `shardkit.records`, and reject bad input.
 
 Datasets are made here, small but learnable: BERT instances of Zipf-distributed words whose
 second segment repeats the first unless it is a "random next"; ImageNet records whose
@@ -17,8 +17,9 @@ import pytest
 from PIL import Image, ImageDraw
 
 from imagenet_prep.train import train_imagenet
-from wikiprep.errors import PrepError
-from wikiprep.records import BYTES, FLOAT, INT64, RecordWriter, encode_example, index_path_for
+from shardkit.errors import PrepError
+from shardkit.example import BYTES, FLOAT, INT64, encode_example
+from shardkit.records import RecordWriter, index_path_for
 from wikiprep.train import train_bert
 
 SEQ, MAX_PRED, VOCAB = 64, 8, 1000

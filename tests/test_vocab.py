@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from wikiprep import vocab
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 
 TEXT = """The quick brown fox jumps over the lazy dog.
 Foxes are quick; dogs are lazy, said Dr. Smith of the U.S. survey.

@@ -23,13 +23,16 @@ import glob
 import json
 import math
 import os
-import struct
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from .atomic import write_json, write_text
-from .records import import_tensorflow
-from .errors import PrepError
+from shardkit.atomic import write_json, write_text
+from shardkit.example import decode_example
+from shardkit.tf import import_tensorflow
+from shardkit.errors import PrepError
+
+from .options import GenerationOptions
 
 PROG = "wikiprep"
 BATCH = 512
@@ -94,12 +97,8 @@ def run_create(args: argparse.Namespace) -> int:
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
-    stats = instances.write_pretraining_files(
-        inputs, args.vocab_file, outputs, index_files or None, do_lower_case=args.do_lower_case,
-        do_whole_word_mask=args.do_whole_word_mask, max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions_per_seq, random_seed=args.random_seed,
-        dupe_factor=args.dupe_factor, masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
-        fixed_mask_count=args.fixed_mask_count)
+    stats = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None,
+                                              GenerationOptions.from_object(args))
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)
@@ -112,77 +111,8 @@ def run_create(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 # Reading records back
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(data: bytes):
-    """(field number, wire type, value) of a protobuf message; LEN values as bytes."""
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 2:
-            n, pos = _varint(data, pos)
-            value, pos = data[pos:pos + n], pos + n
-        elif wire == 5:
-            value, pos = data[pos:pos + 4], pos + 4
-        elif wire == 1:
-            value, pos = data[pos:pos + 8], pos + 8
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > end:
-            raise ValueError("truncated message")
-        yield number, wire, value
-
-
-def decode_example(data: bytes) -> dict[str, list]:
-    """A `tf.train.Example` as {feature name: values} (ints, floats or bytes), without TensorFlow."""
-    out: dict[str, list] = {}
-    for number, _, features in _fields(data):
-        if number != 1:
-            continue
-        for entry_number, _, entry in _fields(features):
-            if entry_number != 1:
-                continue
-            name, feature = "", b""
-            for n, _, v in _fields(entry):
-                if n == 1:
-                    name = v.decode("utf-8", "replace")
-                elif n == 2:
-                    feature = v
-            values: list = []
-            for kind, _, lst in _fields(feature):
-                for n, wire, v in _fields(lst):
-                    if n != 1:
-                        continue
-                    if kind == 3:  # int64_list
-                        if wire == 2:
-                            pos = 0
-                            while pos < len(v):
-                                x, pos = _varint(v, pos)
-                                values.append(x - (1 << 64) if x >= 1 << 63 else x)
-                        else:
-                            values.append(v - (1 << 64) if v >= 1 << 63 else v)
-                    elif kind == 2:  # float_list
-                        values.extend(struct.unpack(f"<{len(v) // 4}f", v))
-                    else:  # bytes_list
-                        values.append(v)
-            out[name] = values
-    return out
-
-
 def run_inspect(args: argparse.Namespace) -> int:
-    from .records import read_records
+    from shardkit.records import read_records
     from .tokenization import Vocab
 
     path = Path(args.file)
@@ -238,7 +168,7 @@ def dataset_shapes(folder: Path, first_file: Path) -> tuple[int, int]:
             return int(d["max_seq_length"]), int(d["max_predictions_per_seq"])
         except (ValueError, KeyError, TypeError):
             pass
-    from .records import read_records
+    from shardkit.records import read_records
 
     for data in read_records(first_file):
         try:
@@ -302,8 +232,8 @@ def check_batch(b: dict, seq: int) -> str | None:
 
 def verify(folder: str | Path) -> dict:
     """Check a BERT dataset folder; PrepError naming the first problem. Returns a summary."""
-    from .manifest import check_manifest
-    from .records import check_index, index_path_for
+    from shardkit.manifest import check_manifest
+    from shardkit.records import check_index, index_path_for
 
     folder = Path(folder)
     files = find_record_files(folder)
@@ -473,19 +403,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--input_file", help="Input raw text file (or comma-separated list of files / globs).")
     c.add_argument("--output_file", help="Output TF example file (or comma-separated list of files).")
     c.add_argument("--vocab_file", help="The vocabulary file that the BERT model was trained on.")
-    _add_bool(c, "do_lower_case", True, "Lower case the input text: True for uncased models")
-    _add_bool(c, "do_whole_word_mask", False, "Mask whole words instead of single WordPieces")
-    c.add_argument("--max_seq_length", type=int, default=128, help="Maximum sequence length (default 128).")
-    c.add_argument("--max_predictions_per_seq", type=int, default=20,
-                   help="Maximum number of masked LM predictions per sequence (default 20).")
-    c.add_argument("--random_seed", type=int, default=12345, help="Random seed for data generation (default 12345).")
-    c.add_argument("--dupe_factor", type=int, default=10,
-                   help="Number of times to duplicate the input data, with different masks (default 10).")
-    c.add_argument("--masked_lm_prob", type=float, default=0.15, help="Masked LM probability (default 0.15).")
-    c.add_argument("--short_seq_prob", type=float, default=0.1,
-                   help="Probability of sequences shorter than the maximum length (default 0.1).")
-    _add_bool(c, "fixed_mask_count", False,
-              "Graphcore's count: a full-length sequence gets exactly max_predictions_per_seq masks")
+    for f in fields(GenerationOptions):  # the original's flags: its spelling, defaults and help
+        if f.type is bool:
+            _add_bool(c, f.name, f.default, f.metadata["help"])
+        else:
+            c.add_argument(f"--{f.name}", type=f.type, default=f.default,
+                           help=f"{f.metadata['help']} (default {f.default})")
     c.add_argument("--index_file", help="index file(s) to write, comma-separated, one per output file")
 
     i = sub.add_parser("inspect", help="print the first records of a TFRecord file, decoded")

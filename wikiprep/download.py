@@ -15,7 +15,7 @@ The three steps, each usable on its own (the Luigi tasks in ``workflows/`` call 
 3. ``fetch_part`` downloads one file to ``<name>.part``, resuming a broken transfer with
    ``Range``/``If-Range``, retrying 429/5xx/connection errors/timeouts with back-off, never
    accepting an HTML error page, and verifying size and sha1 (or md5) before it renames the
-   file into place and commits its receipt (``wikiprep.atomic``). A file with a valid receipt
+   file into place and commits its receipt (``shardkit.atomic``). A file with a valid receipt
    is not fetched again.
 
 User-Agent. Wikimedia blocks requests without a descriptive User-Agent (a bare library name
@@ -57,8 +57,8 @@ import requests.adapters
 import requests.structures
 
 from wikiprep import __version__
-from wikiprep.atomic import fsync_dir, read_receipt, receipt_path, write_bytes, write_json, write_receipt
-from wikiprep.errors import PrepError
+from shardkit.atomic import fsync_dir, read_receipt, receipt_path, write_bytes, write_json, write_receipt
+from shardkit.errors import PrepError
 
 log = logging.getLogger(__name__)
 

@@ -63,8 +63,8 @@ from typing import Iterator
 
 from wikiextractor import extract as wx
 
-from wikiprep.atomic import atomic_write
-from wikiprep.errors import PrepError
+from shardkit.atomic import atomic_write
+from shardkit.errors import PrepError
 
 READ_BLOCK = 1 << 18  # bytes of decompressed XML per parser feed
 

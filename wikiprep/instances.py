@@ -3,7 +3,7 @@
 For the same input files, vocab, flags and seed this module writes the instances of
 google-research/bert's `create_pretraining_data.py` (Apache-2.0, Copyright 2018 The Google AI
 Language Team Authors), in the same order, every feature equal. That needs the same
-`random.Random(seed)` call sequence as the original, so `_generate` follows its algorithm step
+`random.Random(seed)` call sequence as the original, so `generate` follows its algorithm step
 by step; comments mark each draw. The call order is:
 
   1. shuffle(documents)
@@ -33,12 +33,15 @@ import contextlib
 import os
 import random
 from array import array
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from .errors import PrepError
-from .records import FLOAT, INT64, RecordWriter, encode_example, varint
+from shardkit.errors import PrepError
+from shardkit.example import encode_example, varint
+from shardkit.records import RecordWriter
+
+from .options import GenerationOptions
+from .schema import BERT_INSTANCE
 from .tokenization import FullTokenizer, Vocab
 
 _READ_BLOCK = 1 << 22
@@ -47,31 +50,6 @@ _NOT_TEXT_MAGIC = {b"\x1f\x8b": "a gzip file; decompress it first", b"BZh": "a b
                    b"\x28\xb5\x2f\xfd": "a zstd file; decompress it first",
                    b"PK\x03\x04": "a zip file; unpack it first",
                    b"\xff\xfe": "UTF-16 text; convert it to UTF-8", b"\xfe\xff": "UTF-16 text; convert it to UTF-8"}
-
-
-@dataclass(frozen=True)
-class Options:
-    """The original's flags (same names and defaults) plus Graphcore's fixed mask count."""
-
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 10
-    do_whole_word_mask: bool = False
-    fixed_mask_count: bool = False
-
-    def check(self) -> None:
-        if self.max_seq_length < 5:
-            raise PrepError(f"max_seq_length={self.max_seq_length}: must be at least 5 ([CLS] A [SEP] B [SEP])")
-        if self.max_predictions_per_seq < 0:
-            raise PrepError(f"max_predictions_per_seq={self.max_predictions_per_seq}: must be >= 0")
-        if self.dupe_factor < 1:
-            raise PrepError(f"dupe_factor={self.dupe_factor}: must be >= 1")
-        if not 0.0 <= self.masked_lm_prob <= 1.0:
-            raise PrepError(f"masked_lm_prob={self.masked_lm_prob}: must be within [0, 1]")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise PrepError(f"short_seq_prob={self.short_seq_prob}: must be within [0, 1]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,7 +203,7 @@ def _shuffled_documents(corpus: Corpus, rng: random.Random) -> tuple[list[int], 
     return [starts[d] for d in order], [starts[d + 1] - starts[d] for d in order]
 
 
-def _generate(corpus: Corpus, vocab: Vocab, opts: Options, rng: random.Random, emit: Emit) -> None:
+def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random, emit: Emit) -> None:
     """Every instance of every dupe pass, in the original's creation order (before its final shuffle).
 
     Random draws go straight to `rng.random` and `rng.getrandbits`, the primitives behind the
@@ -389,36 +367,14 @@ def _generate(corpus: Corpus, vocab: Vocab, opts: Options, rng: random.Random, e
 # ---------------------------------------------------------------------------------------------
 # Encoding
 
-def instance_features(ids: list[int], len_a: int, len_b: int, positions: list[int], label_ids: list[int],
-                      is_random: bool, max_seq_length: int, max_predictions_per_seq: int) -> dict[str, list]:
-    """The seven padded features of one instance (ids as ints), as the original writes them."""
-    n, m = len(ids), len(positions)
-    pad, mpad = max_seq_length - n, max_predictions_per_seq - m
-    return {
-        "input_ids": list(ids) + [0] * pad,
-        "input_mask": [1] * n + [0] * pad,
-        "segment_ids": [0] * (len_a + 2) + [1] * (len_b + 1) + [0] * pad,
-        "masked_lm_positions": list(positions) + [0] * mpad,
-        "masked_lm_ids": list(label_ids) + [0] * mpad,
-        "masked_lm_weights": [1.0] * m + [0.0] * mpad,
-        "next_sentence_labels": [1 if is_random else 0],
-    }
-
-
-def encode_features(features: dict[str, list]) -> bytes:
-    """The `tf.train.Example` bytes of a feature dict, by records.encode_example."""
-    return encode_example([(name, FLOAT if name == "masked_lm_weights" else INT64, values)
-                           for name, values in features.items()])
-
-
 class InstanceEncoder:
-    """Record bytes of an instance, equal to `encode_features(instance_features(...))`, several times faster.
+    """Record bytes of an instance, equal to `BERT_INSTANCE.encode` of its padded features, several times faster.
 
     A record is the Example header and one map entry per feature in sorted name order, each
     entry a head (key, lengths) and the packed values. input_mask and segment_ids hold one-byte
     varints (0 or 1), so their packed values are runs of b"\\x00"/b"\\x01" and their heads are
     fixed; the masked_lm_weights and next_sentence_labels entries take few values and are made
-    once by `encode_example`. input_ids and masked_lm_ids join the varint-encoded tokens; their
+    once from the schema. input_ids and masked_lm_ids join the varint-encoded tokens; their
     heads depend only on the packed length and are cached.
     """
 
@@ -432,14 +388,14 @@ class InstanceEncoder:
         self._mask_head = self._head(_KEY_INPUT_MASK, max_seq_length)
         self._segment_head = self._head(_KEY_SEGMENT_IDS, max_seq_length)
         self._weight_entries = [
-            self._entry("masked_lm_weights", FLOAT, [1.0] * m + [0.0] * (max_predictions_per_seq - m))
+            self._entry("masked_lm_weights", [1.0] * m + [0.0] * (max_predictions_per_seq - m))
             for m in range(max_predictions_per_seq + 1)]
-        self._label_entries = [self._entry("next_sentence_labels", INT64, [v]) for v in (0, 1)]
+        self._label_entries = [self._entry("next_sentence_labels", [v]) for v in (0, 1)]
 
     @staticmethod
-    def _entry(name: str, kind: str, values: list) -> bytes:
+    def _entry(name: str, values: list) -> bytes:
         """The map entry of one feature, cut out of a one-feature Example made by encode_example."""
-        whole = encode_example([(name, kind, values)])
+        whole = encode_example([(name, BERT_INSTANCE.by_name[name].kind, values)])
         return whole[_header_length(whole):]
 
     def _head(self, key: bytes, packed_length: int) -> bytes:
@@ -508,21 +464,16 @@ def _int64_entry(key: bytes, packed: bytes) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Public API
 
-def _prepare(input_files: Sequence[str], vocab_file: str, do_lower_case: bool, opts: Options):
-    opts.check()
+def prepare(input_files: Sequence[str], vocab_file: str, options: GenerationOptions) -> tuple[Vocab, Corpus]:
+    """The vocabulary and the tokenized corpus of `input_files`, after checking `options`."""
+    options.check()
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]
     if not input_files:
         raise PrepError("no input files given")
     vocab = Vocab(vocab_file)
-    corpus = read_corpus([os.fspath(p) for p in input_files], vocab, do_lower_case)
+    corpus = read_corpus([os.fspath(p) for p in input_files], vocab, options.do_lower_case)
     return vocab, corpus
-
-
-def _options(max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dupe_factor,
-             do_whole_word_mask, fixed_mask_count) -> Options:
-    return Options(int(max_seq_length), int(max_predictions_per_seq), float(masked_lm_prob),
-                   float(short_seq_prob), int(dupe_factor), bool(do_whole_word_mask), bool(fixed_mask_count))
 
 
 class _Stats:
@@ -552,46 +503,13 @@ class _Stats:
         }
 
 
-def generate_instances(input_files: Sequence[str], vocab_file: str, *, do_lower_case: bool = True,
-                       do_whole_word_mask: bool = False, max_seq_length: int = 128,
-                       max_predictions_per_seq: int = 20, random_seed: int = 12345, dupe_factor: int = 10,
-                       masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1,
-                       fixed_mask_count: bool = False) -> Iterator[dict[str, list]]:
-    """The feature dicts (see `instance_features`) of every instance in output order.
-
-    Holds all instances in memory: for tests and small inputs. `create_pretraining_file` writes
-    the same instances with bounded memory.
-    """
-    opts = _options(max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dupe_factor,
-                    do_whole_word_mask, fixed_mask_count)
-    vocab, corpus = _prepare(input_files, vocab_file, do_lower_case, opts)
-    id_of = {b: i for i, b in enumerate(corpus.table)}
-    rng = random.Random(random_seed)
-    made: list[tuple] = []
-
-    def emit(tokens, la, lb, positions, labels, is_random):
-        made.append(([id_of[t] for t in tokens], la, lb, positions, [id_of[t] for t in labels], is_random))
-
-    _generate(corpus, vocab, opts, rng, emit)
-    order = list(range(len(made)))
-    rng.shuffle(order)  # draw: shuffle(instances)
-    for k in order:
-        yield instance_features(*made[k], opts.max_seq_length, opts.max_predictions_per_seq)
-
-
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
-                            index_files: Sequence[str | None] | None = None, *, do_lower_case: bool = True,
-                            do_whole_word_mask: bool = False, max_seq_length: int = 128,
-                            max_predictions_per_seq: int = 20, random_seed: int = 12345, dupe_factor: int = 10,
-                            masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1,
-                            fixed_mask_count: bool = False) -> dict:
+                            index_files: Sequence[str | None] | None, opts: GenerationOptions) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
     `index_files[i]` (or None) is the index of `output_files[i]`. Every output and index is
     committed atomically: on any error none of them appears.
     """
-    opts = _options(max_seq_length, max_predictions_per_seq, masked_lm_prob, short_seq_prob, dupe_factor,
-                    do_whole_word_mask, fixed_mask_count)
     outputs = [Path(p) for p in output_files]
     if not outputs:
         raise PrepError("no output file given")
@@ -601,8 +519,8 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     named = [p.resolve() for p in outputs] + [Path(i).resolve() for i in indexes if i is not None]
     if len(set(named)) != len(named):
         raise PrepError(f"output files {', '.join(map(str, outputs))}: a file is named twice")
-    vocab, corpus = _prepare(input_files, vocab_file, do_lower_case, opts)
-    rng = random.Random(random_seed)
+    vocab, corpus = prepare(input_files, vocab_file, opts)
+    rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
     encoder = InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq)
     outputs[0].parent.mkdir(parents=True, exist_ok=True)
@@ -620,7 +538,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
                 masked[len(positions)] += 1
                 random_next[is_random] += 1
 
-            _generate(corpus, vocab, opts, rng, emit)
+            generate(corpus, vocab, opts, rng, emit)
             report = stats.report(corpus, vocab)
             del corpus  # not needed while the records are copied out
             spill.flush()
@@ -639,19 +557,12 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     return report
 
 
-def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None, *,
-                            do_lower_case: bool = True, do_whole_word_mask: bool = False, max_seq_length: int = 128,
-                            max_predictions_per_seq: int = 20, random_seed: int = 12345, dupe_factor: int = 10,
-                            masked_lm_prob: float = 0.15, short_seq_prob: float = 0.1,
-                            fixed_mask_count: bool = False) -> dict:
+def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None,
+                            options: GenerationOptions) -> dict:
     """All instances of `input_files` in one TFRecord file (+ its `offset length` index); returns stats.
 
     The instances, their order and every feature equal those of google-research/bert's
     create_pretraining_data.py run with the same files, vocab, flags and seed (unless
-    `fixed_mask_count`). Raises PrepError for bad input; nothing is left half-written.
+    `options.fixed_mask_count`). Raises PrepError for bad input; nothing is left half-written.
     """
-    return write_pretraining_files(
-        input_files, vocab_file, [output_file], [index_file], do_lower_case=do_lower_case,
-        do_whole_word_mask=do_whole_word_mask, max_seq_length=max_seq_length,
-        max_predictions_per_seq=max_predictions_per_seq, random_seed=random_seed, dupe_factor=dupe_factor,
-        masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob, fixed_mask_count=fixed_mask_count)
+    return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options)

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from wikiprep.atomic import write_bytes, write_text
-from wikiprep.errors import PrepError
+from shardkit.atomic import write_bytes, write_text
+from shardkit.errors import PrepError
 
 SEED = 1729
 EXPORT_NS = "http://www.mediawiki.org/xml/export-0.10/"

@@ -22,9 +22,9 @@ from typing import Iterator
 
 from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenceTokenizer, PunktToken, PunktTrainer
 
-from .atomic import atomic_dir, atomic_write, write_json
+from shardkit.atomic import atomic_dir, atomic_write, write_json
 from .clean import clean_document
-from .errors import PrepError
+from shardkit.errors import PrepError
 
 
 # nltk >= 3.9.3 runs every Punkt regex through `nltk.redos`: the `regex` engine with a timeout

@@ -24,7 +24,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from .errors import PrepError
+from shardkit.errors import PrepError
 
 UNK, CLS, SEP, MASK, PAD = "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"
 MAX_INPUT_CHARS_PER_WORD = 200

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from .atomic import atomic_write
-from .errors import PrepError
-from .records import read_records
+from shardkit.atomic import atomic_write
+from shardkit.errors import PrepError
+from shardkit.records import read_records
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tokenizers import normalizers, pre_tokenizers
 
-from .atomic import write_text
-from .errors import PrepError
+from shardkit.atomic import write_text
+from shardkit.errors import PrepError
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PREFIX = "##"

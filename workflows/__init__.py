@@ -21,9 +21,10 @@ from pathlib import Path
 import luigi
 
 from wikiprep import download, extract, sentences, vocab
-from wikiprep.atomic import (atomic_dir, read_dir_receipt, read_receipt, receipt_path, remove_stale_temps, write_bytes,
+from shardkit.atomic import (atomic_dir, read_dir_receipt, read_receipt, receipt_path, remove_stale_temps, write_bytes,
                              write_dir_receipt, write_json, write_receipt)
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
+from wikiprep.options import GenerationOptions
 
 logger = logging.getLogger("luigi-interface")
 
@@ -43,10 +44,10 @@ class _OneLineErrors(logging.Filter):
         if record.exc_info and isinstance(record.exc_info[1], PrepError):
             reason = str(record.exc_info[1])
             record.msg, record.args, record.exc_info = f"{record.getMessage()}: {reason}", (), None
-        elif "wikiprep.errors.PrepError: " in str(record.msg):
+        elif "shardkit.errors.PrepError: " in str(record.msg):
             text = record.getMessage()
             first_line = text.split("\n", 1)[0]
-            reason = text.rsplit("wikiprep.errors.PrepError: ", 1)[1].strip()
+            reason = text.rsplit("shardkit.errors.PrepError: ", 1)[1].strip()
             record.msg, record.args = f"{first_line} {reason}", ()
         if reason and reason not in self.printed:
             self.printed.add(reason)
@@ -403,11 +404,7 @@ class PretrainShard(PretrainParams):
         shard_seed = derive_seed(self.seed, "instances", self.shard)
         stats = instances.create_pretraining_file(
             [str(self.input()["sentences"].path / f"shard_{self.shard:05d}.txt")], str(self.vocab_path()),
-            str(out), str(out.with_suffix(".index")), do_lower_case=self.do_lower_case,
-            do_whole_word_mask=self.do_whole_word_mask, max_seq_length=self.max_seq_length,
-            max_predictions_per_seq=self.max_predictions_per_seq, random_seed=shard_seed,
-            dupe_factor=self.dupe_factor, masked_lm_prob=self.masked_lm_prob, short_seq_prob=self.short_seq_prob,
-            fixed_mask_count=self.fixed_mask_count)
+            str(out), str(out.with_suffix(".index")), GenerationOptions.from_object(self, random_seed=shard_seed))
         write_receipt(out, seed=shard_seed, stats=stats)
 
 
@@ -434,7 +431,7 @@ class PretrainDataset(PretrainParams):
         return ReceiptTarget(self.dataset_dir / "MANIFEST.json")
 
     def run(self):
-        from wikiprep.manifest import write_manifest
+        from shardkit.manifest import write_manifest
 
         folder = self.dataset_dir
         description = self.dataset_description()

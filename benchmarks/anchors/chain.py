@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from wikiprep.errors import PrepError
+from shardkit.errors import PrepError
 
 HERE = Path(__file__).resolve().parent
 GOOGLE_SCRIPT = HERE / "google_create_pretraining_data.py"

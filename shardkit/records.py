@@ -1,96 +1,21 @@
-"""TFRecord files of `tf.train.Example`s, their index files, written byte-for-byte deterministically.
+"""TFRecord files and their index files: framing, CRCs, atomic writing, reading back, checking.
 
-Examples are encoded here rather than through protobuf: protobuf's map serialization order
-varies between runs (the original BERT generator's bytes differ run to run because of it),
-and building message objects is the slow part of writing. Features are written in sorted
-name order, which is exactly what protobuf's `SerializeToString(deterministic=True)` gives,
-so TensorFlow, the `tfrecord` package and DALI read these records unchanged.
-
-Index files hold one `offset length` line per record, `length` counting the whole framed
-record: the format of `tfrecord`'s `tfrecord2idx` and of DALI.
+The payloads are opaque bytes here (`example.py` makes and reads `tf.train.Example`s). Index
+files hold one `offset length` line per record, `length` counting the whole framed record: the
+format of `tfrecord`'s `tfrecord2idx` and of DALI.
 """
 
 from __future__ import annotations
 
-import os
+import re
 import struct
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 import crc32c as _crc32c
 
 from .atomic import atomic_write
 from .errors import PrepError
-
-INT64, FLOAT, BYTES = "int64", "float", "bytes"
-
-# Varints of small non-negative ints, looked up instead of computed: token ids, labels, masks.
-_SMALL = 1 << 16
-
-
-def _varint_slow(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64  # int64 two's complement, ten bytes as protobuf writes it
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-_VARINT = [_varint_slow(i) for i in range(_SMALL)]
-
-
-def varint(n: int) -> bytes:
-    return _VARINT[n] if 0 <= n < _SMALL else _varint_slow(n)
-
-
-def _len_delimited(tag: bytes, payload: bytes) -> bytes:
-    return tag + varint(len(payload)) + payload
-
-
-def _encode_feature(kind: str, values: Sequence) -> bytes:
-    if kind == INT64:
-        table = _VARINT
-        try:
-            packed = b"".join([table[v] for v in values])
-        except (IndexError, TypeError):
-            packed = b"".join(varint(int(v)) for v in values)
-        inner = _len_delimited(b"\x0a", packed) if packed else b""
-        return _len_delimited(b"\x1a", inner)  # Feature.int64_list = 3
-    if kind == FLOAT:
-        packed = struct.pack(f"<{len(values)}f", *values)
-        inner = _len_delimited(b"\x0a", packed) if packed else b""
-        return _len_delimited(b"\x12", inner)  # Feature.float_list = 2
-    if kind == BYTES:
-        inner = b"".join(_len_delimited(b"\x0a", v if isinstance(v, bytes) else str(v).encode()) for v in values)
-        return _len_delimited(b"\x0a", inner)  # Feature.bytes_list = 1
-    raise ValueError(f"unknown feature kind {kind!r}")
-
-
-def encode_example(features: Iterable[tuple[str, str, Sequence]]) -> bytes:
-    """Serialize a `tf.train.Example` from `(name, kind, values)` triples, kind one of int64/float/bytes.
-
-    The result equals `tf.train.Example(...).SerializeToString(deterministic=True)`.
-    """
-    entries = []
-    for name, kind, values in sorted(features, key=lambda t: t[0].encode()):
-        entry = _len_delimited(b"\x0a", name.encode()) + _len_delimited(b"\x12", _encode_feature(kind, values))
-        entries.append(_len_delimited(b"\x0a", entry))
-    return _len_delimited(b"\x0a", b"".join(entries))
-
-
-def import_tensorflow():
-    """TensorFlow, imported only by the readers that parse records with it, and without its start-up banners."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # only parsing: silences the oneDNN banner
-    import tensorflow as tf
-
-    return tf
 
 
 def _masked_crc(data: bytes) -> int:
@@ -196,3 +121,19 @@ def check_index(record_path: str | Path, index_path: str | Path) -> int:
     if got != expected:
         raise PrepError(f"{index_path}: index does not match {Path(record_path).name}")
     return len(expected)
+
+
+def find_files(folder: str | Path, pattern: str, name_regex: str | None = None) -> list[Path]:
+    """The files matching `pattern` (and `name_regex`, when given) in `folder`, sorted.
+
+    PrepError when the folder is missing or holds no such file. The regex keeps out siblings
+    the glob would catch, such as a killed run's temporary files.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise PrepError(f"{folder}: not a folder")
+    files = sorted(p for p in folder.glob(pattern)
+                   if p.is_file() and (name_regex is None or re.fullmatch(name_regex, p.name)))
+    if not files:
+        raise PrepError(f"{folder}: no {pattern} files")
+    return files

@@ -1,0 +1,14 @@
+"""shardkit: the core both data libraries build on: committed, verified record shards.
+
+Modules (plain functions and small classes, no Luigi, no TensorFlow at import):
+  errors    PrepError, the one exception users see: one line, what is wrong and where
+  atomic    temporary + fsync + rename commits, receipts, stale-temporary cleanup
+  records   TFRecord framing and CRCs, RecordWriter, index files, finding record files
+  example   tf.train.Example bytes: deterministic encoder, TensorFlow-free decoder
+  schema    Feature / Schema: one declarative table per record type; encoder, tf spec and checks derive from it
+  manifest  MANIFEST.json: every file with its sha256, size and record count
+  tf        the quiet TensorFlow import for readers that parse with TensorFlow
+  cli       the command-line runner: argparse, one call, `PROG: error: ...` lines
+
+`wikiprep` and `imagenet_prep` import this package and never each other.
+"""

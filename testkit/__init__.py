@@ -1,0 +1,5 @@
+"""testkit: code the tests and benchmarks use, outside the data path.
+
+Nothing under wikiprep/, imagenet_prep/, shardkit/ or workflows/ imports it.
+  instances  every instance of a run as plain feature dicts, in memory (the writer's bytes, readable)
+"""
