@@ -1,0 +1,96 @@
+"""Checking a finished shard folder: `verify(folder)` stops at the first problem with one PrepError line.
+
+It checks the shard names and counts (and that nothing else in the folder matches the
+`train*`/`validation*` globs readers use), MANIFEST.json checksums and record counts, every index
+file against its shard, and parses every record with TensorFlow using the 15-key schema of
+build_imagenet_data.py: labels in 1..1000 and matching the synset, JPEG start/end markers and
+header size equal to image/height and width, and the first image of each shard decoded by
+tf.io.decode_jpeg (every image with `decode_all`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shardkit.errors import PrepError
+from shardkit.manifest import check_manifest
+from shardkit.records import check_index
+from shardkit.tf import import_tensorflow
+
+from . import convert, images, labels
+from .reader import find_shards, iter_parsed
+
+
+def verify(folder: str | Path, synsets_file=None, decode_all: bool = False) -> dict:
+    """Check a shard folder (see the module docstring); returns {split: records}. PrepError on a problem."""
+    folder = Path(folder)
+    shards = find_shards(folder)
+    synsets = labels.load_synsets(synsets_file)
+    manifest = check_manifest(folder)
+    manifest_counts = {f["path"]: f.get("records") for f in manifest.get("files", [])}
+    tf = import_tensorflow()
+    totals = {}
+    for split, paths in shards.items():
+        totals[split] = 0
+        for shard in paths:
+            count = check_index(shard, convert.index_path(folder, shard.name))
+            if manifest_counts.get(shard.name) != count:
+                raise PrepError(f"{shard}: {count} records, MANIFEST.json says {manifest_counts.get(shard.name)}")
+            if count == 0:
+                raise PrepError(f"{shard}: no records (DALI refuses empty index files)")
+            first = True
+            for rec in iter_parsed(tf, shard, check_crc=False):  # check_index already checked the CRCs
+                for j in range(len(rec["image/class/label"])):
+                    _check_record(tf, shard, rec, j, synsets, decode=decode_all or first)
+                    first = False
+            totals[split] += count
+    for split in convert.SPLITS:
+        want = manifest.get("splits", {}).get(split, {}).get("records")
+        if want is not None and totals.get(split) != want:
+            raise PrepError(f"{folder}: {totals.get(split)} {split} records, MANIFEST.json says {want}")
+    return totals
+
+
+def _check_record(tf, shard: Path, rec: dict, j: int, synsets: list[str], decode: bool) -> None:
+    """Check record `j` of a parsed batch; `decode`: also decode its JPEG with TensorFlow."""
+    fname = rec["image/filename"][j].decode("utf-8", "replace")
+    where = f"{shard}: record {fname!r}"
+    label = int(rec["image/class/label"][j])
+    if not 1 <= label <= len(synsets):
+        raise PrepError(f"{where}: image/class/label {label} outside 1..{len(synsets)}")
+    synset = rec["image/class/synset"][j].decode("ascii", "replace")
+    if synset != synsets[label - 1]:
+        raise PrepError(f"{where}: label {label} is {synsets[label - 1]} in the sorted synset list, record says {synset}")
+    fixed = (rec["image/colorspace"][j], rec["image/channels"][j], rec["image/format"][j])
+    if fixed != (b"RGB", 3, b"JPEG"):
+        raise PrepError(f"{where}: colorspace/channels/format are {fixed}, expected (RGB, 3, JPEG)")
+    if not fname or not rec["image/class/text"][j]:
+        raise PrepError(f"{where}: empty image/filename or image/class/text")
+    n = len(rec["image/object/bbox/xmin"][j])
+    for k in ("xmax", "ymin", "ymax"):
+        if len(rec[f"image/object/bbox/{k}"][j]) != n:
+            raise PrepError(f"{where}: bbox lists of different lengths")
+    if n and (list(rec["image/object/bbox/label"][j]) != [label] * n):
+        raise PrepError(f"{where}: image/object/bbox/label differs from image/class/label")
+    for k in ("xmin", "xmax", "ymin", "ymax"):
+        v = rec[f"image/object/bbox/{k}"][j]
+        if n and (v.min() < 0 or v.max() > 1):
+            raise PrepError(f"{where}: bbox {k} outside [0, 1]")
+    data = rec["image/encoded"][j]
+    if not data.startswith(b"\xff\xd8\xff"):
+        raise PrepError(f"{where}: image/encoded does not start with a JPEG start-of-image marker")
+    try:
+        head = images.read_jpeg_header(data)
+    except images.ImageRejected as e:
+        raise PrepError(f"{where}: image/encoded: {e}") from None
+    h, w = int(rec["image/height"][j]), int(rec["image/width"][j])
+    if (head.height, head.width) != (h, w) or head.components not in (1, 3):
+        raise PrepError(f"{where}: JPEG header says {head.width}x{head.height}x{head.components}, "
+                        f"record says {w}x{h}")
+    if decode:
+        try:
+            shape = tuple(tf.io.decode_jpeg(data, channels=3).shape)
+        except tf.errors.InvalidArgumentError as e:
+            raise PrepError(f"{where}: tf.io.decode_jpeg fails ({' '.join(str(e).split())[:200]})") from None
+        if shape != (h, w, 3):
+            raise PrepError(f"{where}: decodes to {shape}, record says {h}x{w}x3")
