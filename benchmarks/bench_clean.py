@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from testkit.synthetic_dump import write_synthetic_dump
 from wikiprep.clean import clean_text, markup_residue
 from wikiprep.extract import extract_part
-from wikiprep.samples import write_sample_dump, write_synthetic_dump
+from wikiprep.samples import write_sample_dump
 
 
 def main() -> None:

@@ -208,8 +208,8 @@ def main() -> None:
     if not args.vocab.is_file():
         sys.exit(f"no vocabulary at {args.vocab}: pass --vocab (a BERT vocab.txt)")
 
+    from testkit.synthetic_dump import write_synthetic_dump
     from wikiprep import download
-    from wikiprep.samples import write_synthetic_dump
 
     if args.dump_dir:
         folder = args.dump_dir.resolve()

@@ -1,5 +1,6 @@
 """testkit: code the tests and benchmarks use, outside the data path.
 
 Nothing under wikiprep/, imagenet_prep/, shardkit/ or workflows/ imports it.
-  instances  every instance of a run as plain feature dicts, in memory (the writer's bytes, readable)
+  instances       every instance of a run as plain feature dicts, in memory (the writer's bytes, readable)
+  synthetic_dump  a Wikipedia dump of any size in the dumps-site layout, for benchmarks and slicing tests
 """

@@ -10,7 +10,7 @@ import pytest
 
 from wikiprep import extract
 from shardkit.errors import PrepError
-from wikiprep.samples import write_synthetic_dump
+from testkit.synthetic_dump import write_synthetic_dump
 
 DATE = "20260101"
 
