@@ -2,7 +2,7 @@
 
 The fixtures (../shared/fixtures/google-reference) hold the instances the original
 create_pretraining_data.py wrote for 9 flag combinations; every feature of every instance must
-match. `benchmarks/bench_instances.py` holds a plain port of the original (strings, character by
+match. `testkit/reference_bert.py` holds a plain port of the original (strings, character by
 character) used here as an independent oracle for inputs and flags the fixtures do not cover.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import json
 import os
 import random
@@ -21,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import PrepError
+from testkit import reference_bert as reference
 from testkit.instances import encode_features, generate_instances
 from wikiprep.instances import create_pretraining_file, read_corpus, write_pretraining_files
 from wikiprep.options import GenerationOptions as Opts
 from shardkit.records import check_index, read_records
 from wikiprep.tokenization import FullTokenizer, Vocab
 
-REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
 CASES = json.loads((FIXTURES / "cases.json").read_text()) if (FIXTURES / "cases.json").is_file() else None
 CASE_NAMES = [c["name"] for c in CASES["cases"]] if CASES else ["(fixtures absent)"]
@@ -55,14 +54,6 @@ def _vocab() -> str:
 def _expected(name: str) -> list[dict]:
     with gzip.open(FIXTURES / "expected" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
-
-
-@pytest.fixture(scope="module")
-def reference():
-    spec = importlib.util.spec_from_file_location("bench_instances", REPO / "benchmarks" / "bench_instances.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _first_difference(got: list[dict], expected: list[dict]) -> str | None:
@@ -163,7 +154,7 @@ EDGE_INPUT = "\n".join([
     dict(max_seq_length=48, max_predictions_per_seq=8, masked_lm_prob=0.2, random_seed=5, dupe_factor=2,
          do_lower_case=False),
 ])
-def test_edge_case_input_matches_the_ported_original(fixtures, reference, tmp_path, flags):
+def test_edge_case_input_matches_the_ported_original(fixtures, tmp_path, flags):
     text = tmp_path / "edge.txt"
     text.write_bytes(EDGE_INPUT.encode("utf-8") + b"invalid \xff\xfe utf-8 bytes are dropped\n")
     files = [str(text), str(FIXTURES / "inputs" / "sample_text.txt")]
@@ -172,7 +163,7 @@ def test_edge_case_input_matches_the_ported_original(fixtures, reference, tmp_pa
     assert ours and _first_difference(ours, theirs) is None
 
 
-def test_the_ported_original_reproduces_a_fixture(fixtures, reference):
+def test_the_ported_original_reproduces_a_fixture(fixtures):
     case = _case("sample_128_wwm_seed1")  # the oracle above is only as good as this
     assert _first_difference(reference.reference_instances(_inputs(case), _vocab(), **case["flags"]),
                              _expected(case["name"])) is None
@@ -227,7 +218,7 @@ def test_symbols_are_not_punctuation(tmp_path):
     assert tok.tokenize("x€") == ["x", "##€"]  # Sc too (only ASCII symbols split)
 
 
-def test_fast_paths_equal_the_character_by_character_original(fixtures, reference):
+def test_fast_paths_equal_the_character_by_character_original(fixtures):
     rng = random.Random(1234)
     alphabet = ("abcXYZ019 .,;!?'\"()[]$^`~-_\t\x00\x07\x1c\x7f\x85\u00a0\u00ad\u200b\u2028\ufffd"
                 "éÉïÖßΣσςΑΩİıŒæﬁﬂ中文字日本ひらカタ한국«»—…→€¿¡\u0301\u0308")
