@@ -9,6 +9,7 @@ import pytest
 
 from wikiprep import vocab
 from shardkit.errors import PrepError
+from wikiprep.tokenization import FullTokenizer, Vocab
 
 TEXT = """The quick brown fox jumps over the lazy dog.
 Foxes are quick; dogs are lazy, said Dr. Smith of the U.S. survey.
@@ -59,3 +60,16 @@ def test_bad_inputs_name_the_file(tmp_path):
         vocab.check_vocab_file(notbert)
     with pytest.raises(PrepError, match="missing.txt: vocabulary file not found"):
         vocab.check_vocab_file(tmp_path / "missing.txt")
+
+
+def test_unk_is_required_by_the_pipeline_only(tmp_path):
+    """One rule, in Vocab: [CLS], [SEP] and [MASK] always; [UNK] only for the pipeline's check, while
+    the drop-in, as the original, fails only on a word it cannot spell."""
+    no_unk = tmp_path / "vocab.txt"
+    no_unk.write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n", encoding="utf-8")
+    with pytest.raises(PrepError, match=r"vocab.txt: not a BERT vocabulary \(no \[UNK\]\)"):
+        vocab.check_vocab_file(no_unk)
+    tokenizer = FullTokenizer(Vocab(no_unk))
+    assert tokenizer.tokenize("The the") == ["the", "the"]
+    with pytest.raises(PrepError, match=r"vocab.txt: vocab lacks \[UNK\] but the text has a word it cannot spell"):
+        tokenizer.tokenize("zebra")

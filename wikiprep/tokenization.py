@@ -99,25 +99,31 @@ def _strip_accents(text: str) -> str:
 
 
 class Vocab:
-    """A BERT vocab.txt: one token per line, id = line number.
+    """A BERT vocab.txt: one token per line, id = line number; the one place a vocabulary is checked.
 
     Mirrors the original's `OrderedDict` loading exactly: a token listed twice keeps its first
     position in `words` (the list random replacement words are drawn from) but maps to the id of
     its last line.
+
+    [CLS], [SEP] and [MASK] are always required: every instance holds them. [UNK] is required
+    only with `require_unk`: the generator needs it just for a word it cannot spell (and then
+    stops with an error, as the original does), so `create-pretraining-data` accepts what the
+    original accepts, while the pipeline, about to tokenize all of a Wikipedia, refuses such a
+    vocabulary before any work starts (`vocab.check_vocab_file`).
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, require_unk: bool = False):
         self.path = Path(path)
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            raise PrepError(f"{self.path}: vocab file not found") from None
+            raise PrepError(f"{self.path}: vocabulary file not found") from None
         except OSError as e:
-            raise PrepError(f"{self.path}: cannot read the vocab file ({e.strerror})") from None
+            raise PrepError(f"{self.path}: cannot read the vocabulary file ({e.strerror})") from None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise PrepError(f"{self.path}: vocab file is not UTF-8 (byte {e.start})") from None
+            raise PrepError(f"{self.path}: vocabulary file is not UTF-8 (byte {e.start})") from None
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()  # the newline ending the last line; readline() gives no extra line
@@ -128,10 +134,11 @@ class Vocab:
             self.ids[token] = index
             self.id_to_token.append(token)
         if not self.ids:
-            raise PrepError(f"{self.path}: vocab file is empty")
-        missing = [t for t in (CLS, SEP, MASK) if t not in self.ids]
+            raise PrepError(f"{self.path}: vocabulary file is empty")
+        required = (CLS, SEP, MASK, UNK) if require_unk else (CLS, SEP, MASK)
+        missing = [t for t in required if t not in self.ids]
         if missing:
-            raise PrepError(f"{self.path}: vocab lacks {', '.join(missing)} (is this a BERT vocab.txt?)")
+            raise PrepError(f"{self.path}: not a BERT vocabulary (no {', '.join(missing)})")
         self.words: list[str] = list(self.ids)  # file order of first appearance, as list(OrderedDict)
         self.cls_id, self.sep_id, self.mask_id = self.ids[CLS], self.ids[SEP], self.ids[MASK]
         self.unk_id: int | None = self.ids.get(UNK)
@@ -252,7 +259,3 @@ class FullTokenizer:
         if self.vocab.unk_id is None:
             raise PrepError(f"{self.vocab.path}: vocab lacks [UNK] but the text has a word it cannot spell")
         return self.vocab.unk_id
-
-
-def load_tokenizer(vocab_file: str | Path, do_lower_case: bool = True) -> FullTokenizer:
-    return FullTokenizer(Vocab(vocab_file), do_lower_case=do_lower_case)

@@ -23,6 +23,8 @@ from tokenizers import normalizers, pre_tokenizers
 from shardkit.atomic import write_text
 from shardkit.errors import PrepError
 
+from .tokenization import Vocab
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PREFIX = "##"
 
@@ -142,15 +144,5 @@ def build_vocab(files: list[str | Path], out_path: str | Path, *, vocab_size: in
 
 
 def check_vocab_file(path: str | Path) -> int:
-    """Raise PrepError unless `path` is a usable BERT vocabulary; returns its size."""
-    path = Path(path)
-    try:
-        tokens = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise PrepError(f"{path}: vocabulary file not found") from None
-    except UnicodeDecodeError:
-        raise PrepError(f"{path}: vocabulary file is not UTF-8 text") from None
-    missing = [t for t in ("[CLS]", "[SEP]", "[MASK]", "[UNK]") if t not in set(x.strip() for x in tokens)]
-    if missing:
-        raise PrepError(f"{path}: not a BERT vocabulary (no {', '.join(missing)})")
-    return len(tokens)
+    """Raise PrepError unless `path` is a BERT vocabulary the pipeline can use ([UNK] included); returns its size."""
+    return Vocab(path, require_unk=True).size
