@@ -6,5 +6,4 @@ Modules (plain library code, no Luigi):
   images   JPEG header facts without decoding; CMYK/PNG/other images re-encoded as RGB JPEG
   samples  a small ImageNet-shaped tree drawn by code, with ImageNet's quirks
   cli      the `imagenet-prep` command: convert, verify, stats
-  train    a thin CNN trainer over the shards
 """
