@@ -10,5 +10,4 @@ Modules (plain library code, no Luigi):
   stats    stats: counts, per-class histogram and image sizes -> stats.json, report.txt, PNG charts
   samples  a small ImageNet-shaped tree drawn by code, with ImageNet's quirks
   cli      the `imagenet-prep` command: argparse, one library call per command
-  train    a thin CNN trainer over the shards
 """

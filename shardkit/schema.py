@@ -76,9 +76,11 @@ class Schema:
                 dims[f.shape[0]] = len(decoded[f.name][1])
         return dims
 
-    def problem(self, decoded: Mapping[str, tuple[str, list]], dims: Dims) -> str | None:
-        """The first way a decoded record (`example.decode_example_kinds`) breaks the schema, or None."""
-        for f in self.features:
+    def problem(self, decoded: Mapping[str, tuple[str, list]], dims: Dims,
+                names: Sequence[str] | None = None) -> str | None:
+        """The first way a decoded record (`example.decode_example_kinds`) breaks the features `names`
+        (default: all) of the schema, or None."""
+        for f in (self.by_name[n] for n in (names or self.names)):
             if f.name not in decoded:
                 return f"no {f.name} feature (not a {self.name} record)"
             kind, values = decoded[f.name]

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from imagenet_prep.train import train_imagenet
 from shardkit.errors import PrepError
 from shardkit.example import BYTES, FLOAT, INT64, encode_example
 from shardkit.records import RecordWriter, index_path_for
-from wikiprep.train import train_bert
+from trainers.bert import train_bert
+from trainers.cnn import train_imagenet
 
 SEQ, MAX_PRED, VOCAB = 64, 8, 1000
 CLS, SEP, MASK, FIRST_WORD = 2, 3, 4, 10

@@ -13,29 +13,27 @@ output file). `--input_file` is a comma-separated list of globs, each expanded i
 a glob matching nothing is an error (the original silently skipped it).
 
 `verify` stops at the first problem with one line and exit status 1; `stats` writes
-stats.json and report.txt into REPORT_DIR. Errors are one line on stderr, never a traceback.
+stats.json and report.txt into REPORT_DIR. Each command is argparse and one call into the library
+(`instances`, `reader`, `verify`, `stats`), run by `shardkit.cli.run`: errors are one line on
+stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
-import json
-import math
 import os
 import sys
 from dataclasses import fields
 from pathlib import Path
 
-from shardkit.atomic import write_json, write_text
-from shardkit.example import decode_example
-from shardkit.tf import import_tensorflow
+from shardkit.cli import run
 from shardkit.errors import PrepError
 
+from . import instances, reader, stats, verify
 from .options import GenerationOptions
 
 PROG = "wikiprep"
-BATCH = 512
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,9 +81,7 @@ def _split_list(spec: str | None) -> list[str]:
     return [s.strip() for s in spec.split(",") if s.strip()] if spec else []
 
 
-def run_create(args: argparse.Namespace) -> int:
-    from . import instances
-
+def _create(args: argparse.Namespace) -> None:
     for flag in ("input_file", "output_file", "vocab_file"):
         if not getattr(args, flag):
             raise PrepError(f"--{flag} is required")
@@ -97,297 +93,14 @@ def run_create(args: argparse.Namespace) -> int:
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
-    stats = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None,
-                                              GenerationOptions.from_object(args))
+    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None,
+                                                GenerationOptions.from_object(args))
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)
-    print(f"Wrote {stats['instances']} total instances ({stats['documents']} documents, {stats['sentences']} "
-          f"sentences, {stats['tokens']} tokens; {stats['random_next']} random next, {stats['full_length']} "
-          f"full length)", file=sys.stderr)
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading records back
-
-def run_inspect(args: argparse.Namespace) -> int:
-    from shardkit.records import read_records
-    from .tokenization import Vocab
-
-    path = Path(args.file)
-    if not path.is_file():
-        raise PrepError(f"{path}: no such record file")
-    vocab_path = path.parent / "vocab.txt"
-    vocab = Vocab(vocab_path) if vocab_path.is_file() else None
-    shown = 0
-    for data in read_records(path):
-        if shown >= args.n:
-            break
-        try:
-            ex = decode_example(data)
-        except (ValueError, IndexError) as e:
-            raise PrepError(f"{path}: record {shown} is not a tf.train.Example ({e})") from None
-        print(f"--- record {shown} ({len(data)} bytes)")
-        mask = ex.get("input_mask")
-        n_real = sum(1 for v in mask if v) if mask else None
-        for name in sorted(ex):
-            values = ex[name]
-            if vocab is not None and name in ("input_ids", "masked_lm_ids"):
-                if name == "input_ids" and n_real is not None:
-                    values = values[:n_real]
-                elif name == "masked_lm_ids" and "masked_lm_weights" in ex:
-                    values = values[:sum(1 for w in ex["masked_lm_weights"] if w)]
-                print(f"{name}: {' '.join(vocab.tokens(values))}")
-            else:
-                print(f"{name}: {' '.join(str(v) for v in values)}")
-        shown += 1
-    if shown == 0:
-        print(f"{path}: no records")
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# verify and stats
-
-def find_record_files(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        raise PrepError(f"{folder}: not a folder")
-    files = sorted(folder.glob("wiki_*.tfrecord")) or sorted(folder.glob("*.tfrecord"))
-    if not files:
-        raise PrepError(f"{folder}: no *.tfrecord files")
-    return files
-
-
-def dataset_shapes(folder: Path, first_file: Path) -> tuple[int, int]:
-    """(max_seq_length, max_predictions_per_seq): from dataset.json, else from the first record."""
-    desc = folder / "dataset.json"
-    if desc.is_file():
-        try:
-            d = json.loads(desc.read_text(encoding="utf-8"))
-            return int(d["max_seq_length"]), int(d["max_predictions_per_seq"])
-        except (ValueError, KeyError, TypeError):
-            pass
-    from shardkit.records import read_records
-
-    for data in read_records(first_file):
-        try:
-            ex = decode_example(data)
-            return len(ex["input_ids"]), len(ex["masked_lm_positions"])
-        except (ValueError, KeyError, IndexError):
-            raise PrepError(f"{first_file}: first record is not a BERT pre-training example") from None
-    raise PrepError(f"{first_file}: no records to infer the feature shapes from")
-
-
-def _parsed_batches(tf, files: list[Path], seq: int, max_pred: int):
-    """(file, numpy feature dict) per batch, parsed by TensorFlow with the contract's FixedLenFeature schema."""
-    spec = {name: tf.io.FixedLenFeature([seq], tf.int64) for name in ("input_ids", "input_mask", "segment_ids")}
-    spec.update({name: tf.io.FixedLenFeature([max_pred], tf.int64)
-                 for name in ("masked_lm_positions", "masked_lm_ids")})
-    spec["masked_lm_weights"] = tf.io.FixedLenFeature([max_pred], tf.float32)
-    spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
-    for path in files:
-        ds = tf.data.TFRecordDataset(str(path)).batch(BATCH).map(lambda b: tf.io.parse_example(b, spec))
-        try:
-            for batch in ds.as_numpy_iterator():
-                yield path, batch
-        except tf.errors.OpError as e:
-            msg = e.message.splitlines()[0] if e.message else type(e).__name__
-            raise PrepError(f"{path}: TensorFlow cannot parse it with the BERT schema "
-                            f"(seq {seq}, {max_pred} predictions): {msg}") from None
-
-
-def check_batch(b: dict, seq: int) -> str | None:
-    """The first violation of the BERT record invariants in a parsed batch, or None."""
-    import numpy as np
-
-    mask, ids, seg = b["input_mask"], b["input_ids"], b["segment_ids"]
-    pos, mids, w = b["masked_lm_positions"], b["masked_lm_ids"], b["masked_lm_weights"]
-    labels = b["next_sentence_labels"]
-    n_real = mask.sum(axis=1)
-    checks = [
-        (np.isin(labels, (0, 1)).all(axis=1), "next_sentence_labels not 0 or 1"),
-        (np.isin(mask, (0, 1)).all(axis=1) & (np.diff(mask, axis=1) <= 0).all(axis=1),
-         "input_mask is not ones then zeros"),
-        (n_real >= 5, "fewer than 5 real tokens"),
-        ((ids * (1 - mask) == 0).all(axis=1) & (seg * (1 - mask) == 0).all(axis=1), "padding is not zero"),
-        (np.isin(seg, (0, 1)).all(axis=1), "segment_ids not 0 or 1"),
-        (np.isin(w, (0.0, 1.0)).all(axis=1) & (np.diff(w, axis=1) <= 0).all(axis=1),
-         "masked_lm_weights not ones then zeros"),
-    ]
-    for ok, what in checks:
-        if not ok.all():
-            return f"record {int(np.argmin(ok))} of the batch: {what}"
-    real = w > 0
-    bad_pos = (real & ((pos <= 0) | (pos >= n_real[:, None]) | (pos >= seq))).any(axis=1)
-    increasing = np.where(real[:, 1:], np.diff(pos, axis=1) > 0, True).all(axis=1)
-    pad_zero = ((pos * ~real) == 0).all(axis=1) & ((mids * ~real) == 0).all(axis=1)
-    for ok, what in ((~bad_pos, "masked position outside the real tokens"),
-                     (increasing, "masked_lm_positions not sorted ascending"),
-                     (pad_zero, "masked_lm padding is not zero")):
-        if not ok.all():
-            return f"record {int(np.argmin(ok))} of the batch: {what}"
-    return None
-
-
-def verify(folder: str | Path) -> dict:
-    """Check a BERT dataset folder; PrepError naming the first problem. Returns a summary."""
-    from shardkit.manifest import check_manifest
-    from shardkit.records import check_index, index_path_for
-
-    folder = Path(folder)
-    files = find_record_files(folder)
-    manifest = check_manifest(folder)
-    listed = {e["path"]: e for e in manifest.get("files", [])}
-    counts = {}
-    for path in files:
-        rel = path.relative_to(folder).as_posix()
-        if rel not in listed:
-            raise PrepError(f"{path}: not listed in MANIFEST.json")
-        counts[path] = check_index(path, index_path_for(path))
-        expected = listed[rel].get("records")
-        if expected is not None and expected != counts[path]:
-            raise PrepError(f"{path}: {counts[path]} records but MANIFEST.json says {expected}")
-    total = sum(counts.values())
-    stats_path = folder / "stats.json"
-    if stats_path.is_file():
-        try:
-            declared = json.loads(stats_path.read_text(encoding="utf-8")).get("total", {}).get("instances")
-        except (ValueError, AttributeError):
-            raise PrepError(f"{stats_path}: not valid JSON") from None
-        if declared is not None and declared != total:
-            raise PrepError(f"{stats_path}: says {declared} instances but the shards hold {total}")
-    seq, max_pred = dataset_shapes(folder, files[0])
-    tf = import_tensorflow()
-    parsed = dict.fromkeys(files, 0)
-    for path, batch in _parsed_batches(tf, files, seq, max_pred):
-        problem = check_batch(batch, seq)
-        if problem:
-            raise PrepError(f"{path}: batch from record {parsed[path]}: {problem}")
-        parsed[path] += len(batch["input_ids"])
-    for path, n in parsed.items():
-        if n != counts[path]:
-            raise PrepError(f"{path}: TensorFlow read {n} records, the index lists {counts[path]}")
-    return {"files": len(files), "records": total, "max_seq_length": seq, "max_predictions_per_seq": max_pred,
-            "bytes": sum(p.stat().st_size for p in files)}
-
-
-def _histogram_text(hist: dict[str, int], total: int, width: int = 40) -> list[str]:
-    if not hist:
-        return []
-    top = max(hist.values())
-    return [f"  {k:>5} {v:>9} {100.0 * v / total:6.2f}% {'#' * max(1, round(width * v / top))}"
-            for k, v in hist.items()]
-
-
-def dataset_stats(folder: str | Path) -> dict:
-    """Counts and histograms of every record of a folder of BERT TFRecords, parsed by TensorFlow."""
-    import numpy as np
-
-    from .tokenization import UNK, Vocab
-
-    folder = Path(folder)
-    files = find_record_files(folder)
-    seq, max_pred = dataset_shapes(folder, files[0])
-    vocab_path = folder / "vocab.txt"
-    unk_id = Vocab(vocab_path).unk_id if vocab_path.is_file() else None
-    tf = import_tensorflow()
-    lengths = np.zeros(seq + 1, np.int64)
-    masked = np.zeros(max_pred + 1, np.int64)
-    per_file = {p: 0 for p in files}
-    random_next = tokens = unk = 0
-    for path, b in _parsed_batches(tf, files, seq, max_pred):
-        n_real = b["input_mask"].sum(axis=1)
-        k = (b["masked_lm_weights"] > 0).sum(axis=1)
-        lengths += np.bincount(n_real, minlength=seq + 1)[:seq + 1]
-        masked += np.bincount(k, minlength=max_pred + 1)[:max_pred + 1]
-        random_next += int(b["next_sentence_labels"].sum())
-        per_file[path] += len(n_real)
-        tokens += int(n_real.sum())
-        if unk_id is not None:
-            original = b["input_ids"].copy()  # undo the masking: the labels are the original tokens
-            rows, cols = np.nonzero(b["masked_lm_weights"] > 0)
-            original[rows, b["masked_lm_positions"][rows, cols]] = b["masked_lm_ids"][rows, cols]
-            unk += int(((original == unk_id) & (b["input_mask"] == 1)).sum())
-    records = int(lengths.sum())
-    if records == 0:
-        raise PrepError(f"{folder}: the record files hold no records")
-    sizes = [p.stat().st_size for p in files]
-    mean = sum(sizes) / len(sizes)
-    return {
-        "folder": str(folder),
-        "max_seq_length": seq,
-        "max_predictions_per_seq": max_pred,
-        "files": [{"file": p.name, "records": per_file[p], "bytes": p.stat().st_size} for p in files],
-        "records": records,
-        "tokens": tokens,
-        "mean_length": tokens / records,
-        "random_next": random_next,
-        "random_next_fraction": random_next / records,
-        "full_length": int(lengths[seq]),
-        "full_length_fraction": float(lengths[seq]) / records,
-        "masked_tokens": int((masked * np.arange(max_pred + 1)).sum()),
-        "sequence_length_histogram": {str(i): int(v) for i, v in enumerate(lengths) if v},
-        "masked_count_histogram": {str(i): int(v) for i, v in enumerate(masked) if v},
-        "unk_rate": (unk / (tokens - 3 * records)) if unk_id is not None and tokens > 3 * records else None,
-        "unk_tokens": unk if unk_id is not None else None,
-        "unk_token": UNK if unk_id is not None else None,
-        "bytes_per_file": {"min": min(sizes), "max": max(sizes), "mean": mean,
-                           "std": math.sqrt(sum((s - mean) ** 2 for s in sizes) / len(sizes)),
-                           "total": sum(sizes)},
-    }
-
-
-def _length_buckets(hist: dict[str, int], seq: int) -> dict[str, int]:
-    """Sequence lengths grouped in 16 equal buckets for the text report."""
-    width = max(1, math.ceil(seq / 16))
-    out: dict[str, int] = {}
-    for k, v in hist.items():
-        lo = (int(k) - 1) // width * width + 1
-        key = f"{lo}-{min(lo + width - 1, seq)}"
-        out[key] = out.get(key, 0) + v
-    return out
-
-
-def stats_report_text(st: dict) -> str:
-    b = st["bytes_per_file"]
-    lines = [
-        f"BERT dataset {st['folder']}",
-        f"records             {st['records']} in {len(st['files'])} files "
-        f"(seq {st['max_seq_length']}, {st['max_predictions_per_seq']} predictions)",
-        f"tokens              {st['tokens']} (mean length {st['mean_length']:.1f})",
-        f"random next         {st['random_next']} ({100 * st['random_next_fraction']:.2f}%)",
-        f"full length         {st['full_length']} ({100 * st['full_length_fraction']:.2f}%)",
-        f"masked tokens       {st['masked_tokens']}",
-        "[UNK] rate          " + ("no vocab.txt in the folder" if st["unk_rate"] is None
-                                  else f"{100 * st['unk_rate']:.4f}% ({st['unk_tokens']} tokens)"),
-        f"bytes per file      min {b['min']} max {b['max']} mean {b['mean']:.0f} std {b['std']:.0f} "
-        f"total {b['total']}",
-        "",
-        "sequence length (real tokens incl. [CLS]/[SEP]):",
-        *_histogram_text(_length_buckets(st["sequence_length_histogram"], st["max_seq_length"]), st["records"]),
-        "",
-        "masked tokens per record:",
-        *_histogram_text(st["masked_count_histogram"], st["records"]),
-        "",
-        "records per file:",
-        *[f"  {f['file']} {f['records']} records {f['bytes']} bytes" for f in st["files"]],
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def run_stats(args: argparse.Namespace) -> int:
-    folder, out = Path(args.dir), Path(args.out)
-    if out.resolve() == folder.resolve():
-        raise PrepError(f"--out {out}: choose a report folder other than the dataset itself")
-    st = dataset_stats(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "stats.json", st)
-    text = stats_report_text(st)
-    write_text(out / "report.txt", text)
-    sys.stdout.write(text)
-    print(f"wrote {out / 'stats.json'} and {out / 'report.txt'}")
-    return 0
+    print(f"Wrote {written['instances']} total instances ({written['documents']} documents, "
+          f"{written['sentences']} sentences, {written['tokens']} tokens; {written['random_next']} random next, "
+          f"{written['full_length']} full length)", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,29 +137,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _inspect(args: argparse.Namespace) -> None:
+    for line in reader.describe_records(args.file, args.n):
+        print(line)
+
+
+def _verify(args: argparse.Namespace) -> None:
+    summary = verify.verify(args.dir)
+    print(f"OK {args.dir}: {summary['records']} records in {summary['files']} files, "
+          f"{summary['bytes']} bytes, seq {summary['max_seq_length']}, "
+          f"{summary['max_predictions_per_seq']} predictions")
+
+
+def _stats(args: argparse.Namespace) -> None:
+    sys.stdout.write(stats.write_report(args.dir, args.out))
+    print(f"wrote {Path(args.out) / 'stats.json'} and {Path(args.out) / 'report.txt'}")
+
+
+COMMANDS = {"create-pretraining-data": _create, "inspect": _inspect, "verify": _verify, "stats": _stats}
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.command == "create-pretraining-data":
-            return run_create(args)
-        if args.command == "inspect":
-            return run_inspect(args)
-        if args.command == "verify":
-            summary = verify(args.dir)
-            print(f"OK {args.dir}: {summary['records']} records in {summary['files']} files, "
-                  f"{summary['bytes']} bytes, seq {summary['max_seq_length']}, "
-                  f"{summary['max_predictions_per_seq']} predictions")
-            return 0
-        return run_stats(args)
-    except PrepError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:  # e.g. an output folder without write permission
-        print(f"{PROG}: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    return run(PROG, build_parser(), COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -568,9 +568,9 @@ class TrainBert(PrepTask):
         return ReceiptTarget(Path(self.out_dir) / "metrics.csv")
 
     def run(self):
-        from wikiprep import train
+        from trainers.bert import train_bert
 
-        result = train.train_bert(self.dataset_dir, self.out_dir, steps=self.steps)
+        result = train_bert(self.dataset_dir, self.out_dir, steps=self.steps)
         write_receipt(self.output().path, result=result)
 
 
@@ -578,9 +578,9 @@ class TrainImageNet(TrainBert):
     """A tiny CNN trained on ImageNet shards: OUT/metrics.csv and OUT/loss.png."""
 
     def run(self):
-        from imagenet_prep import train
+        from trainers.cnn import train_imagenet
 
-        result = train.train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps)
+        result = train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps)
         write_receipt(self.output().path, result=result)
 
 

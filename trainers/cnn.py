@@ -1,10 +1,10 @@
 """A thin ImageNet classification loop over a folder of shards, to show the records train end to end.
 
 `train_imagenet` reads the `train-*-of-*` shards that the `ImageNet` task writes with
-TensorFlow's reader, decodes the JPEGs with `tf.io.decode_jpeg` (as every ImageNet trainer
-does), shrinks them, and trains a tiny CNN with 1000 outputs on `image/class/label - 1`
-(labels run 1..1000, 0 being the unused background class of build_imagenet_data.py).
-It writes `metrics.csv` (step,loss) and `loss.png` through the helpers of `wikiprep.train`.
+TensorFlow's reader and the parse spec of `IMAGENET_IMAGE` (the two features it needs), decodes
+the JPEGs with `tf.io.decode_jpeg` (as every ImageNet trainer does), shrinks them, and trains a
+tiny CNN with 1000 outputs on `image/class/label - 1` (labels run 1..1000, 0 being the unused
+background class of build_imagenet_data.py). It writes `metrics.csv` (step,loss) and `loss.png`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from imagenet_prep.schema import IMAGENET_IMAGE
 from shardkit.errors import PrepError
-from wikiprep.train import (
+from shardkit.example import decode_example_kinds
+from shardkit.records import find_files
+
+from .loop import (
     check_params,
-    dataset_files,
     find_bad_file,
     first_line,
     first_record,
@@ -25,30 +28,25 @@ from wikiprep.train import (
     write_metrics,
 )
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
 NUM_CLASSES = 1000
 IMAGENET_COLUMNS = ("step", "loss")
+TRAINED_FEATURES = ("image/encoded", "image/class/label")  # of the 15: all the classifier reads
 # Shard names as build_imagenet_data.py writes them; the glob alone would also take temporaries.
 TRAIN_SHARD_GLOB = "train-*-of-*"
 TRAIN_SHARD_RE = r"train-\d+-of-\d+"
 
 
 def _check_first_record(path: Path, data: bytes) -> None:
-    import tensorflow as tf
-
     try:
-        feats = tf.train.Example.FromString(data).features.feature
-    except Exception as e:  # noqa: BLE001 - protobuf DecodeError and friends
+        decoded = decode_example_kinds(data)
+    except (ValueError, IndexError) as e:
         raise PrepError(f"{path}: first record is not a tf.train.Example: {first_line(e)}") from None
-    for key, kind in (("image/encoded", "bytes_list"), ("image/class/label", "int64_list")):
-        if key not in feats:
-            raise PrepError(f"{path}: record has no {key} feature (not an ImageNet record)")
-        if feats[key].WhichOneof("kind") != kind:
-            raise PrepError(f"{path}: feature {key} is {feats[key].WhichOneof('kind')}, expected {kind}")
-    labels = list(feats["image/class/label"].int64_list.value)
-    if len(labels) != 1 or not 1 <= labels[0] <= NUM_CLASSES:
-        raise PrepError(f"{path}: image/class/label is {labels}, expected one value in 1..{NUM_CLASSES}")
+    problem = IMAGENET_IMAGE.problem(decoded, {}, names=TRAINED_FEATURES)
+    if problem:
+        raise PrepError(f"{path}: {problem}")
+    (label,) = decoded["image/class/label"][1]
+    if not 1 <= label <= NUM_CLASSES:
+        raise PrepError(f"{path}: image/class/label is {label}, expected 1..{NUM_CLASSES}")
 
 
 def build_tiny_cnn(image_size: int):
@@ -80,7 +78,7 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
     if int(image_size) < 8:
         raise PrepError(f"--image-size must be at least 8, got {image_size}")
     steps, batch_size, image_size = int(steps), int(batch_size), int(image_size)
-    files = dataset_files(dataset_dir, TRAIN_SHARD_GLOB, TRAIN_SHARD_RE)
+    files = find_files(dataset_dir, TRAIN_SHARD_GLOB, TRAIN_SHARD_RE)
 
     import keras
     import tensorflow as tf
@@ -95,10 +93,7 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
         raise PrepError(f"{dataset_dir}: the {TRAIN_SHARD_GLOB} shards hold no records")
 
     set_seeds(seed)
-    spec = {
-        "image/encoded": tf.io.FixedLenFeature([], tf.string),
-        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-    }
+    spec = IMAGENET_IMAGE.tf_spec(tf, names=TRAINED_FEATURES)
 
     def decode(serialized):
         ex = tf.io.parse_single_example(serialized, spec)

@@ -1,0 +1,163 @@
+"""What both thin trainers share: metrics.csv and loss.png, checks of their input, the step loop, seeds.
+
+A trainer checks its parameters (`check_params`) and the first record of every file
+(`first_record`) before building a model, runs `run_steps`, and commits its rows with
+`write_metrics`. When TensorFlow's reader fails mid-run, `find_bad_file` re-reads the files to
+name the one at fault, and `first_line` keeps the line of TensorFlow's message that says why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+from shardkit.atomic import write_text
+from shardkit.errors import PrepError
+from shardkit.plots import figure, write_png
+from shardkit.records import read_records
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # set before the trainers import TensorFlow
+
+METRICS_FILE = "metrics.csv"
+PLOT_FILE = "loss.png"
+SUMMARY_WINDOW = 10  # first/last loss are means over this many steps: one step's loss is noisy
+
+
+def write_metrics(out_dir: str | os.PathLike, rows: Sequence[dict], columns: Sequence[str],
+                  title: str = "training loss") -> tuple[Path, Path]:
+    """Commit `out_dir/metrics.csv` (a header, then a row per step) and `out_dir/loss.png`.
+
+    Every column but `step` is drawn against `step`. Both files are written atomically.
+    """
+    out_dir = Path(out_dir)
+    csv_path, png_path = out_dir / METRICS_FILE, out_dir / PLOT_FILE
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_format_cell(row[c]) for c in columns])
+    write_text(csv_path, text.getvalue())
+    write_png(_loss_figure(rows, columns, title), png_path)
+    return csv_path, png_path
+
+
+def _format_cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _loss_figure(rows: Sequence[dict], columns: Sequence[str], title: str):
+    fig = figure(7, 4)
+    ax = fig.add_subplot(1, 1, 1)
+    steps = [r["step"] for r in rows]
+    for name in columns:
+        if name == "step":
+            continue
+        ax.plot(steps, [r[name] for r in rows], label=name, linewidth=1.6 if name == "loss" else 0.9)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+    return fig
+
+
+def loss_summary(rows: Sequence[dict], column: str = "loss", window: int = SUMMARY_WINDOW) -> dict:
+    """Mean of the first and of the last `window` values of `column`."""
+    values = [float(r[column]) for r in rows]
+    n = max(1, min(window, len(values) // 2 or 1))
+    return {"first_loss": sum(values[:n]) / n, "last_loss": sum(values[-n:]) / n, "summary_window": n}
+
+
+def first_record(path: Path) -> bytes | None:
+    """The payload of the first record of `path` (None for an empty file); PrepError naming the file."""
+    try:
+        for data in read_records(path):
+            return data
+    except OSError as e:
+        raise PrepError(f"{path}: cannot read: {e}") from None
+    return None
+
+
+def check_params(steps: int, batch_size: int) -> None:
+    if int(steps) < 1:
+        raise PrepError(f"--steps must be at least 1, got {steps}")
+    if int(batch_size) < 1:
+        raise PrepError(f"--batch-size must be at least 1, got {batch_size}")
+
+
+def find_bad_file(files: Sequence[Path], parse=None) -> None:
+    """Re-read every file to name the one TensorFlow choked on: raises PrepError naming it.
+
+    Checks framing and CRCs, and with `parse` (a function of one payload) each record's schema.
+    Returns quietly when every file is sound.
+    """
+    for path in files:
+        for i, data in enumerate(read_records(path)):  # raises PrepError naming the file
+            if parse is not None:
+                try:
+                    parse(data)
+                except Exception as e:  # noqa: BLE001 - any parse failure is the file's fault
+                    raise PrepError(f"{path}: record {i} does not parse: {first_line(e)}") from None
+
+
+_TF_NOISE = ("Graph execution error", "Detected at node", "File ", "[[", "Stack trace", "Traceback")
+
+
+def first_line(e: BaseException) -> str:
+    """The line of an exception's message that says what went wrong.
+
+    TensorFlow's graph errors open with "Graph execution error:" and the Python stack of the
+    node; the cause (e.g. "indices[3,7] = 5000 is not in [0, 100)") comes after them.
+    """
+    msg = getattr(e, "message", None) or str(e)
+    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+    for ln in lines:
+        if not ln.startswith(_TF_NOISE):
+            return ln.split("\t [[")[0].strip()
+    return lines[0] if lines else type(e).__name__
+
+
+def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error) -> tuple[list[dict], float, float]:
+    """Run `train_step(batch) -> dict of scalar tensors` for `steps` batches, one row per step.
+
+    Returns the rows, the seconds of the first step (graph tracing included) and the mean
+    seconds of the others. TensorFlow errors go to `on_error(exc)`, which raises a PrepError.
+    """
+    import tensorflow as tf
+
+    rows: list[dict] = []
+    iterator = iter(batches)
+    t0 = time.perf_counter()
+    first_step_s = 0.0
+    try:
+        for step in range(1, steps + 1):
+            out = train_step(next(iterator))
+            row = {"step": step}
+            for name in columns:
+                if name != "step":
+                    row[name] = float(out[name])
+            if not all(math.isfinite(row[c]) for c in columns if c != "step"):
+                raise PrepError(f"training diverged at step {step}: loss is {row.get('loss')}")
+            rows.append(row)
+            if step == 1:
+                first_step_s = time.perf_counter() - t0
+                t1 = time.perf_counter()
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError,
+            StopIteration) as e:
+        on_error(e)
+        raise  # on_error always raises; this keeps the type checker and readers sure of it
+    rest = (time.perf_counter() - t1) / (steps - 1) if steps > 1 else first_step_s
+    return rows, first_step_s, rest
+
+
+def set_seeds(seed: int) -> None:
+    import keras
+
+    keras.utils.set_random_seed(int(seed))
