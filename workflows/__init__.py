@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import sys
 from pathlib import Path
 
@@ -117,34 +116,17 @@ class DumpTask(PrepTask):
     def work_dir(self) -> Path:
         return Path(self.data_dir) / f"{self.wiki}-{self.dump_date}"
 
-    def parts(self) -> list:
-        """The dump's part files, from the committed copy of dumpstatus.json (fetched once, at scheduling)."""
-        if not (len(self.dump_date) == 8 and self.dump_date.isdigit()):
-            raise PrepError(f"--dump-date {self.dump_date!r}: give the date of a dump as YYYYMMDD (never 'latest')")
-        if not (self.download_dir / "dumpstatus.json").exists():
-            download.fetch_dump_status(self.dump_url, self.wiki, self.dump_date, self.download_dir)
-        try:
-            return download.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
-        except PrepError:
-            # The copy may date from before the dump finished: ask the server once more.
-            download.fetch_dump_status(self.dump_url, self.wiki, self.dump_date, self.download_dir)
-            return download.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
+    def parts(self) -> list[download.Part]:
+        """The dump's part files, from the local copy of dumpstatus.json (fetched once, at scheduling)."""
+        return download.dump_parts(self.dump_url, self.wiki, self.dump_date, self.download_dir,
+                                   multistream=self.multistream)
 
-    def part_names(self) -> list[str]:
-        return [p.name for p in self.parts()]
+    def pieces(self) -> list[extract.Piece]:
+        """The units of extraction and splitting, in dump order: whole parts, or slices of multistream ones."""
+        return extract.pieces(self.parts(), multistream=self.multistream, slice_mb=self.extract_slice_mb)
 
-    def pieces(self) -> list[dict]:
-        """The units of extraction and splitting, in dump order: each part that holds pages (a multistream
-        dump also has index files), or, for a multistream dump, each slice of one (see extract.slice_range)."""
-        out = []
-        for p in self.parts():
-            if p.is_index:
-                continue
-            count = 1
-            if self.multistream and self.extract_slice_mb > 0 and p.size:
-                count = max(1, math.ceil(p.size / (self.extract_slice_mb * 1e6)))
-            out += [dict(part=p.name, slice=k, slices=count) for k in range(count)]
-        return out
+    def piece_params(self, piece: extract.Piece) -> dict:
+        return dict(part=piece.part, slice=piece.slice, slices=piece.slices)
 
 
 class DownloadPart(DumpTask):
@@ -174,7 +156,7 @@ class DownloadDump(DumpTask):
     """Every part of a dated dump under DATA/downloads/{wiki}/{date}/."""
 
     def requires(self):
-        return [DownloadPart(part=name, **self.dump_params) for name in self.part_names()]
+        return [DownloadPart(part=p.name, **self.dump_params) for p in self.parts()]
 
     def output(self):
         return self.input()
@@ -185,14 +167,6 @@ class DownloadDump(DumpTask):
 
 # ---------------------------------------------------------------------------------------------
 # Extraction and sentences
-
-def _stem(part_name: str) -> str:
-    return part_name[:-4] if part_name.endswith(".bz2") else part_name
-
-
-def _piece_name(part: str, slice: int, slices: int) -> str:
-    return _stem(part) if slices == 1 else f"{_stem(part)}.slice{slice:03d}of{slices:03d}"
-
 
 class ExtractPart(DumpTask):
     """WikiExtractor over one dump part (or one slice of a multistream part): articles as JSON lines,
@@ -206,14 +180,17 @@ class ExtractPart(DumpTask):
         return DownloadPart(part=self.part, **self.dump_params)
 
     def output(self):
-        return ReceiptTarget(self.work_dir / "extracted" / (_piece_name(self.part, self.slice, self.slices) + ".jsonl"))
+        return ReceiptTarget(self.work_dir / "extracted" / f"{self.piece.name}.jsonl")
+
+    @property
+    def piece(self) -> extract.Piece:
+        return extract.Piece(self.part, self.slice, self.slices)
 
     def run(self):
         out = self.output().path
         remove_stale_temps(out)
         part = self.input().path
-        byte_range = None if self.slices == 1 else extract.slice_range(part, self.slice, self.slices)
-        stats = extract.extract_part(part, out, self.dump_date, byte_range=byte_range)
+        stats = extract.extract_part(part, out, self.dump_date, byte_range=self.piece.byte_range(part))
         write_receipt(out, stats=stats)
 
 
@@ -242,7 +219,7 @@ class TrainPunkt(DumpTask):
     min_doc_chars = luigi.IntParameter(default=200)
 
     def requires(self):
-        return ExtractPart(**self.pieces()[0], **self.dump_params)
+        return ExtractPart(**self.piece_params(self.pieces()[0]), **self.dump_params)
 
     def output(self):
         return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
@@ -250,7 +227,7 @@ class TrainPunkt(DumpTask):
     def run(self):
         paths, sample, taken = [], [], 0
         for piece in self.pieces():
-            paths.append((yield ExtractPart(**piece, **self.dump_params)).path)
+            paths.append((yield ExtractPart(**self.piece_params(piece), **self.dump_params)).path)
             # each piece is read once, for what the sample still lacks
             sample += sentences.punkt_sample(paths[-1:], min_chars=self.min_doc_chars,
                                              max_chars=sentences.PUNKT_SAMPLE_CHARS - taken)
@@ -274,7 +251,7 @@ class SplitPart(SentenceParams):
                 "punkt": TrainPunkt(min_doc_chars=self.min_doc_chars, **self.dump_params)}
 
     def output(self):
-        return ReceiptTarget(self.work_dir / "split" / self.split_name / _piece_name(self.part, self.slice, self.slices))
+        return ReceiptTarget(self.work_dir / "split" / self.split_name / extract.Piece(self.part, self.slice, self.slices).name)
 
     def run(self):
         if self.num_shards < 1:
@@ -289,7 +266,7 @@ class SentenceShards(SentenceParams):
     their part in page order, so the shards are the same bytes whether parts were sliced or not."""
 
     def requires(self):
-        return [SplitPart(**piece, **self.sentence_params) for piece in self.pieces()]
+        return [SplitPart(**self.piece_params(piece), **self.sentence_params) for piece in self.pieces()]
 
     def output(self):
         return ReceiptTarget(self.work_dir / "sentences" / self.split_name)
@@ -298,7 +275,8 @@ class SentenceShards(SentenceParams):
         splits = [t.path for t in self.input()]
         # Documents dropped at extraction (redirects, other namespaces...) and at cleaning, by reason.
         dropped: dict[str, int] = {}
-        extracted = [ExtractPart(**piece, **self.dump_params).output().receipt()["stats"] for piece in self.pieces()]
+        extracted = [ExtractPart(**self.piece_params(piece), **self.dump_params).output().receipt()["stats"]
+                     for piece in self.pieces()]
         extract.check_parts(extracted)  # a sliced part is judged whole: did any of its slices hold an article?
         receipts = [t.receipt()["stats"]["dropped"] for t in self.input()] + [st["dropped"] for st in extracted]
         for stats in receipts:
