@@ -84,8 +84,7 @@ class PrepTask(luigi.Task):
 
 def derive_seed(seed: int, *parts) -> int:
     """A per-shard seed from the global seed: independent of worker count and task order."""
-    digest = hashlib.sha256(":".join(str(p) for p in (seed, *parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
+    return sentences.stable_hash(seed, *parts) >> 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,7 +204,7 @@ class SentenceParams(DumpTask):
 
     @property
     def split_name(self) -> str:
-        return f"n{self.num_shards}_seed{self.seed}_min{self.min_doc_chars}"
+        return sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
 
 
 class TrainPunkt(DumpTask):
@@ -225,16 +224,12 @@ class TrainPunkt(DumpTask):
         return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
 
     def run(self):
-        paths, sample, taken = [], [], 0
+        sample = sentences.PunktSample(min_chars=self.min_doc_chars)
         for piece in self.pieces():
-            paths.append((yield ExtractPart(**self.piece_params(piece), **self.dump_params)).path)
-            # each piece is read once, for what the sample still lacks
-            sample += sentences.punkt_sample(paths[-1:], min_chars=self.min_doc_chars,
-                                             max_chars=sentences.PUNKT_SAMPLE_CHARS - taken)
-            taken = sum(map(len, sample))
-            if taken >= sentences.PUNKT_SAMPLE_CHARS:
+            sample.add((yield ExtractPart(**self.piece_params(piece), **self.dump_params)).path)
+            if sample.full:
                 break
-        stats = sentences.train_punkt(sample, self.output().path, source=", ".join(p.name for p in paths))
+        stats = sentences.train_punkt(sample.texts, self.output().path, source=sample.source)
         write_receipt(self.output().path, stats=stats)
 
 
@@ -272,27 +267,14 @@ class SentenceShards(SentenceParams):
         return ReceiptTarget(self.work_dir / "sentences" / self.split_name)
 
     def run(self):
-        splits = [t.path for t in self.input()]
-        # Documents dropped at extraction (redirects, other namespaces...) and at cleaning, by reason.
-        dropped: dict[str, int] = {}
+        splits = self.input()
+        # Documents dropped at extraction (redirects, other namespaces...) are counted with those dropped at cleaning.
         extracted = [ExtractPart(**self.piece_params(piece), **self.dump_params).output().receipt()["stats"]
                      for piece in self.pieces()]
-        extract.check_parts(extracted)  # a sliced part is judged whole: did any of its slices hold an article?
-        receipts = [t.receipt()["stats"]["dropped"] for t in self.input()] + [st["dropped"] for st in extracted]
-        for stats in receipts:
-            for reason, n in stats.items():
-                dropped[reason] = dropped.get(reason, 0) + n
-        out = self.output().path
-        shard_stats = []
-        with atomic_dir(out) as tmp:
-            for i in range(self.num_shards):
-                shard_stats.append(sentences.merge_shard([s / sentences.bucket_name(i) for s in splits],
-                                                         tmp / f"shard_{i:05d}.txt"))
-        documents = sum(s["documents"] for s in shard_stats)
-        if documents == 0:
-            raise PrepError(f"{self.wiki} {self.dump_date}: no article survived extraction and cleaning "
-                            f"(dropped: {dropped or 'none'})")
-        write_dir_receipt(out, stats={"shards": shard_stats, "dropped": dict(sorted(dropped.items()))})
+        stats = sentences.merge_splits([t.path for t in splits], self.output().path, num_shards=self.num_shards,
+                                       split_stats=[t.receipt()["stats"] for t in splits], extract_stats=extracted,
+                                       source=f"{self.wiki} {self.dump_date}")
+        write_dir_receipt(self.output().path, stats=stats)
 
 
 class TrainVocab(SentenceParams):
@@ -381,7 +363,7 @@ class PretrainShard(PretrainParams):
         remove_stale_temps(out)
         shard_seed = derive_seed(self.seed, "instances", self.shard)
         stats = instances.create_pretraining_file(
-            [str(self.input()["sentences"].path / f"shard_{self.shard:05d}.txt")], str(self.vocab_path()),
+            [str(self.input()["sentences"].path / sentences.shard_name(self.shard))], str(self.vocab_path()),
             str(out), str(out.with_suffix(".index")), GenerationOptions.from_object(self, random_seed=shard_seed))
         write_receipt(out, seed=shard_seed, stats=stats)
 
