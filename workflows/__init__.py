@@ -11,7 +11,6 @@ command again after a kill finishes the work and gives identical bytes. All logi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import sys
@@ -19,8 +18,8 @@ from pathlib import Path
 
 import luigi
 
-from wikiprep import download, extract, sentences, vocab
-from shardkit.atomic import (atomic_dir, read_dir_receipt, read_receipt, receipt_path, remove_stale_temps, write_bytes,
+from wikiprep import dataset, download, extract, sentences, vocab
+from shardkit.atomic import (atomic_dir, read_dir_receipt, read_receipt, receipt_path, remove_stale_temps,
                              write_dir_receipt, write_json, write_receipt)
 from shardkit.errors import PrepError
 from wikiprep.options import GenerationOptions
@@ -80,11 +79,6 @@ class PrepTask(luigi.Task):
         if isinstance(exception, PrepError):
             return str(exception)
         return super().on_failure(exception)
-
-
-def derive_seed(seed: int, *parts) -> int:
-    """A per-shard seed from the global seed: independent of worker count and task order."""
-    return sentences.stable_hash(seed, *parts) >> 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,8 +317,13 @@ class PretrainParams(SentenceParams):
                     do_whole_word_mask=self.do_whole_word_mask, fixed_mask_count=self.fixed_mask_count)
 
     @property
+    def options(self) -> GenerationOptions:
+        """The generation options, with the global seed (each shard's own derives from it)."""
+        return GenerationOptions.from_object(self, random_seed=self.seed)
+
+    @property
     def dataset_dir(self) -> Path:
-        return self.work_dir / f"seq{self.max_seq_length}_mask{self.max_predictions_per_seq}_dup{self.dupe_factor}"
+        return self.work_dir / dataset.folder_name(self.options)
 
     def vocab_task(self):
         return None if self.vocab_file else TrainVocab(vocab_size=self.vocab_size, do_lower_case=self.do_lower_case,
@@ -333,15 +332,16 @@ class PretrainParams(SentenceParams):
     def vocab_path(self) -> Path:
         return Path(self.vocab_file) if self.vocab_file else self.vocab_task().output().path
 
-    def dataset_description(self) -> dict:
+    def description(self) -> dict:
         """What defines the dataset's content; a folder made with other values is never mixed with this one."""
-        desc = {k: v for k, v in self.pretrain_params.items() if k not in ("data_dir", "vocab_file", "dump_url")}
-        desc["vocab_sha256"] = hashlib.sha256(self.vocab_path().read_bytes()).hexdigest()
-        return desc
+        return dataset.describe(self.options, self.vocab_path(), wiki=self.wiki, dump_date=self.dump_date,
+                                multistream=self.multistream, extract_slice_mb=self.extract_slice_mb,
+                                num_shards=self.num_shards, min_doc_chars=self.min_doc_chars,
+                                vocab_size=self.vocab_size)
 
 
 class PretrainShard(PretrainParams):
-    """Instances of one sentence shard, seeded by derive_seed(seed, shard): wiki_{i:05d}.tfrecord + .index."""
+    """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): wiki_{i:05d}.tfrecord + .index."""
 
     shard = luigi.IntParameter()
 
@@ -352,33 +352,15 @@ class PretrainShard(PretrainParams):
         return deps
 
     def output(self):
-        return ReceiptTarget(self.dataset_dir / f"wiki_{self.shard:05d}.tfrecord")
+        return ReceiptTarget(self.dataset_dir / dataset.shard_name(self.shard))
 
     def run(self):
-        from wikiprep import instances
-
-        vocab.check_vocab_file(self.vocab_path())
         out = self.output().path
-        _claim_dataset_dir(self.dataset_dir, self.dataset_description())
-        remove_stale_temps(out)
-        shard_seed = derive_seed(self.seed, "instances", self.shard)
-        stats = instances.create_pretraining_file(
-            [str(self.input()["sentences"].path / sentences.shard_name(self.shard))], str(self.vocab_path()),
-            str(out), str(out.with_suffix(".index")), GenerationOptions.from_object(self, random_seed=shard_seed))
-        write_receipt(out, seed=shard_seed, stats=stats)
-
-
-def _claim_dataset_dir(folder: Path, description: dict) -> None:
-    """Write dataset.json on first use; refuse a folder that holds a dataset made with other parameters."""
-    path = folder / "dataset.json"
-    if path.exists():
-        existing = json.loads(path.read_text(encoding="utf-8"))
-        diff = sorted(k for k in set(existing) | set(description) if existing.get(k) != description.get(k))
-        if diff:
-            raise PrepError(f"{folder}: holds a dataset made with other parameters ({', '.join(diff)}); "
-                            f"use another --data-dir or remove it")
-        return
-    write_json(path, description)
+        seed = dataset.shard_seed(self.seed, self.shard)
+        stats = dataset.write_shard(self.input()["sentences"].path / sentences.shard_name(self.shard),
+                                    self.vocab_path(), out, GenerationOptions.from_object(self, random_seed=seed),
+                                    self.description())
+        write_receipt(out, seed=seed, stats=stats)
 
 
 class PretrainDataset(PretrainParams):
@@ -391,27 +373,9 @@ class PretrainDataset(PretrainParams):
         return ReceiptTarget(self.dataset_dir / "MANIFEST.json")
 
     def run(self):
-        from shardkit.manifest import write_manifest
-
-        folder = self.dataset_dir
-        description = self.dataset_description()
-        _claim_dataset_dir(folder, description)
-        write_bytes(folder / "vocab.txt", self.vocab_path().read_bytes())
-        sentence_receipt = SentenceShards(**self.sentence_params).output().receipt()["stats"]
-        shards, totals, counts = [], {}, {}
-        for i, t in enumerate(self.input()):
-            st = t.receipt()["stats"]
-            counts[t.path.name] = st["instances"]
-            shards.append({"shard": i, "file": t.path.name, "sentence_documents":
-                           sentence_receipt["shards"][i]["documents"], **st})
-            for k, v in st.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    totals[k] = totals.get(k, 0) + v
-        if totals.get("instances", 0) == 0:
-            raise PrepError(f"{folder}: the corpus gave no instances; is the dump empty or --min-doc-chars too high?")
-        write_json(folder / "stats.json", {"total": totals, "shards": shards,
-                                           "dropped_documents": sentence_receipt["dropped"]})
-        write_manifest(folder, counts, extra={"dataset": description})
+        dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(),
+                         [t.receipt()["stats"] for t in self.input()],
+                         SentenceShards(**self.sentence_params).output().receipt()["stats"])
         write_receipt(self.output().path)
 
 
