@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import traceback
 from pathlib import Path
 
 import luigi
@@ -21,6 +22,7 @@ import luigi
 from wikiprep import dataset, download, extract, sentences, vocab
 from shardkit.atomic import (atomic_dir, read_dir_receipt, read_receipt, receipt_path, remove_stale_temps,
                              write_dir_receipt, write_json, write_receipt)
+from shardkit.cli import error_line
 from shardkit.errors import PrepError
 from wikiprep.options import GenerationOptions
 
@@ -28,32 +30,61 @@ logger = logging.getLogger("luigi-interface")
 
 
 # ---------------------------------------------------------------------------------------------
-# One clear line for bad input. Luigi logs a traceback for every failing task, and a PrepError
-# can surface in run(), requires() or complete(); each path logs it differently. This filter
-# sees them all: it cuts the traceback from the log and prints the message once, on its own line.
+# One clear line for bad input. A PrepError can surface in a task's run(), requires() or
+# complete(). Each is printed once, as `PROG: error: <message>` on stderr, PROG being the
+# task's `prog`: on Luigi's FAILURE event (run()), on its BROKEN_TASK event (requires(),
+# deps()), and by `PrepTask.complete` itself, since Luigi fires no event carrying the exception
+# of a failing complete() (worker._add logs only its formatted traceback). Luigi's own log
+# records of such a failure keep their first line, given the message, and lose the traceback;
+# at `--log-level DEBUG` they keep it, for whoever debugs the code rather than the input.
 
-class _OneLineErrors(logging.Filter):
-    def __init__(self):
-        super().__init__()
-        self.printed: set[str] = set()
+# The errors printed in this process, by message: the same bad input often fails several tasks.
+_reported: dict[str, PrepError] = {}
+
+
+def report_error(prog: str, error: PrepError) -> None:
+    """Print `PROG: error: <message>` on stderr, unless this process printed that message already."""
+    if str(error) not in _reported:
+        print(error_line(prog, error), file=sys.stderr, flush=True)
+    _reported[str(error)] = error
+
+
+def _exception_line(error: BaseException) -> str:
+    """The line that ends the error's formatted traceback: 'shardkit.errors.PrepError: <message>'."""
+    return "".join(traceback.format_exception_only(error))
+
+
+def _logged_prep_error(record: logging.LogRecord) -> PrepError | None:
+    """The PrepError whose traceback a log record carries, if any.
+
+    Luigi logs a run() failure with the exception as the record's exc_info; a requires()/deps()
+    failure as traceback text, while handling the exception (so `sys.exc_info()` has it); a
+    complete() failure as traceback text after `PrepTask.complete` reported the error. The text
+    is only matched against those exceptions' own last line, never read for a message.
+    """
+    if record.exc_info:
+        error = record.exc_info[1]
+        return error if isinstance(error, PrepError) else None
+    handled = sys.exc_info()[1]
+    candidates = ([handled] if isinstance(handled, PrepError) else []) + list(_reported.values())
+    text = record.getMessage()
+    return next((e for e in candidates if text.endswith(_exception_line(e))), None)
+
+
+class _PrepErrorTracebacks(logging.Filter):
+    """Cut the traceback of a PrepError from Luigi's log record, leaving its first line and the message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        reason = None
-        if record.exc_info and isinstance(record.exc_info[1], PrepError):
-            reason = str(record.exc_info[1])
-            record.msg, record.args, record.exc_info = f"{record.getMessage()}: {reason}", (), None
-        elif "shardkit.errors.PrepError: " in str(record.msg):
-            text = record.getMessage()
-            first_line = text.split("\n", 1)[0]
-            reason = text.rsplit("shardkit.errors.PrepError: ", 1)[1].strip()
-            record.msg, record.args = f"{first_line} {reason}", ()
-        if reason and reason not in self.printed:
-            self.printed.add(reason)
-            print(f"wikiprep: error: {reason}", file=sys.stderr, flush=True)
+        if logger.isEnabledFor(logging.DEBUG):
+            return True
+        error = _logged_prep_error(record)
+        if error is not None:
+            first_line = record.getMessage().split("\n", 1)[0].rstrip(":")
+            record.msg, record.args, record.exc_info = f"{first_line}: {error}", (), None
         return True
 
 
-logger.addFilter(_OneLineErrors())
+logger.addFilter(_PrepErrorTracebacks())
 
 
 class ReceiptTarget(luigi.Target):
@@ -73,12 +104,32 @@ class ReceiptTarget(luigi.Target):
 
 
 class PrepTask(luigi.Task):
-    """Base of every task: failures carry the PrepError's one line to the scheduler and luigid."""
+    """Base of every task: a PrepError is printed as one `{prog}: error: ...` line and carried to luigid.
+
+    Tasks define output(), never complete(): this complete() is where its PrepErrors are reported.
+    """
+
+    prog = "wikiprep"  # the program that names itself in the error line
+
+    def complete(self):
+        try:
+            return super().complete()
+        except PrepError as error:
+            report_error(self.prog, error)
+            raise
 
     def on_failure(self, exception):
         if isinstance(exception, PrepError):
             return str(exception)
         return super().on_failure(exception)
+
+
+@PrepTask.event_handler(luigi.Event.FAILURE)
+@PrepTask.event_handler(luigi.Event.BROKEN_TASK)
+def _report_failure(task: PrepTask, exception: BaseException) -> None:
+    """run() failed (FAILURE), or requires() / deps() did (BROKEN_TASK)."""
+    if isinstance(exception, PrepError):
+        report_error(task.prog, exception)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,9 +204,6 @@ class DownloadDump(DumpTask):
 
     def output(self):
         return self.input()
-
-    def complete(self):
-        return all(t.complete() for t in self.requires())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,6 +446,7 @@ class Pretrain512(PretrainDataset):
 # ImageNet
 
 class ImageNetParams(PrepTask):
+    prog = "imagenet-prep"
     train_dir = luigi.Parameter(description="train/<wnid>/*.JPEG")
     validation_dir = luigi.Parameter(description="flat validation images, or <wnid>/ folders")
     val_labels = luigi.OptionalParameter(default=None, description="TF labels .txt, Kaggle LOC_val_solution.csv "
@@ -500,6 +549,8 @@ class TrainBert(PrepTask):
 
 class TrainImageNet(TrainBert):
     """A tiny CNN trained on ImageNet shards: OUT/metrics.csv and OUT/loss.png."""
+
+    prog = "imagenet-prep"
 
     def run(self):
         from imagenet_prep import train
