@@ -39,6 +39,16 @@ def test_shard_of_is_stable_and_spreads_documents():
     assert len(outs) == 1
 
 
+def test_seeded_choices_keep_their_values():
+    """Page -> shard and shard -> generation seed share one hash; these are the values datasets were made with."""
+    from wikiprep import dataset
+
+    assert [sentences.shard_of(12345, i, 7) for i in range(20)] == [0, 6, 5, 3, 6, 2, 6, 6, 2, 5, 1, 5, 3, 6, 0, 6,
+                                                                     4, 3, 4, 4]
+    assert [dataset.shard_seed(12345, i) for i in range(4)] == [4461578988926160027, 8442692986265392166,
+                                                                7262374744258485085, 722521436334610896]
+
+
 def test_punkt_trained_offline_learns_abbreviations(extracted, tmp_path):
     model = tmp_path / "punkt.json"
     stats = sentences.train_punkt(sentences.punkt_sample([extracted], min_chars=200), model)

@@ -112,6 +112,19 @@ def test_a_part_is_judged_on_all_of_its_slices():
         extract.check_parts([full, dict(empty, part="p2.bz2"), dict(empty, part="p2.bz2")])
 
 
+def test_only_multistream_parts_are_cut_into_pieces():
+    from wikiprep.download import Part
+
+    data = Part("enwiki-20260101-pages-articles-multistream1.xml-p1p9.bz2", "u", 250_000_000, "0" * 40, None)
+    index = Part("enwiki-20260101-pages-articles-multistream-index1.txt-p1p9.bz2", "u", 9_000_000, "1" * 40, None)
+    stem = "enwiki-20260101-pages-articles-multistream1.xml-p1p9"
+    sliced = extract.pieces([data, index], multistream=True, slice_mb=100)
+    assert [p.name for p in sliced] == [f"{stem}.slice{k:03d}of003" for k in range(3)]
+    assert sliced[1] == extract.Piece(data.name, 1, 3)
+    for multistream, slice_mb in ((True, 0), (False, 100)):
+        assert [p.name for p in extract.pieces([data, index], multistream=multistream, slice_mb=slice_mb)] == [stem]
+
+
 def test_truncated_multistream_part_names_the_file(dump, tmp_path):
     _, part, _, _ = dump
     bad = tmp_path / part.name

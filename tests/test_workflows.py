@@ -138,3 +138,18 @@ def test_imagenet_bytes_do_not_depend_on_where_the_inputs_live(demo, tmp_path):
     names = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("."))
     assert names == ["MANIFEST.json", "idx", "train-00000-of-00004", "train-00001-of-00004", "train-00002-of-00004",
                      "train-00003-of-00004", "validation-00000-of-00002", "validation-00001-of-00002"]
+
+
+@pytest.mark.parametrize("log_args", [[], ["--log-level", "DEBUG"]])
+def test_imagenet_bad_input_gives_one_imagenet_prep_line(demo, tmp_path, log_args):
+    raw = demo / "imagenet-raw"
+    missing = tmp_path / "no-such-train-dir"
+    r = run_luigi("ImageNet", "--train-dir", str(missing), "--validation-dir", str(raw / "validation"),
+                  "--val-labels", str(raw / "validation_labels.txt"), "--output-dir", str(tmp_path / "out"),
+                  "--train-shards", "4", "--validation-shards", "2", "--local-scheduler", "--workers", "1", *log_args)
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("imagenet-prep: error:")]
+    assert len(lines) == 1 and str(missing) in lines[0], r.stderr[-3000:]
+    assert "wikiprep: error:" not in r.stderr
+    # At luigi.cfg's level the line is the whole story; --log-level DEBUG keeps the traceback behind it.
+    assert ("Traceback" in r.stderr) == bool(log_args), r.stderr[-3000:]

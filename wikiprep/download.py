@@ -12,6 +12,8 @@ The three steps, each usable on its own (the Luigi tasks in ``workflows/`` call 
    download folder, atomically, so the rest of the run reads a pinned local copy.
 2. ``list_parts`` reads that copy and returns the files to fetch, refusing a dump whose
    articles job is not ``done`` (files of unfinished jobs are partial or absent).
+   ``dump_parts`` does both: it fetches the status when there is no copy, and once more when
+   the copy predates the end of the dump.
 3. ``fetch_part`` downloads one file to ``<name>.part``, resuming a broken transfer with
    ``Range``/``If-Range``, retrying 429/5xx/connection errors/timeouts with back-off, never
    accepting an HTML error page, and verifying size and sha1 (or md5) before it renames the
@@ -414,6 +416,25 @@ def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: 
             )
         parts.append(Part(name=name, url=f"{wiki}/{date}/{name}", size=size, sha1=hashes["sha1"], md5=hashes["md5"]))
     return parts
+
+
+def dump_parts(dump_url: str, wiki: str, date: str, download_dir: Path, *, multistream: bool = False) -> list[Part]:
+    """The part files of a dated dump, from the local copy of its status in `download_dir`.
+
+    The status is fetched when there is no copy yet, so a run reads one pinned copy. When the
+    copy gives no parts (it may date from before the dump finished), the status is fetched once
+    more and that answer decides. PrepError for a date that is not YYYYMMDD (never "latest").
+    """
+    if not (len(date) == 8 and date.isdigit()):
+        raise PrepError(f"--dump-date {date!r}: give the date of a dump as YYYYMMDD (never 'latest')")
+    download_dir = Path(download_dir)
+    if not (download_dir / STATUS_FILE).exists():
+        fetch_dump_status(dump_url, wiki, date, download_dir)
+    try:
+        return list_parts(download_dir, wiki, date, multistream=multistream)
+    except PrepError:
+        fetch_dump_status(dump_url, wiki, date, download_dir)
+        return list_parts(download_dir, wiki, date, multistream=multistream)
 
 
 # ---------------------------------------------------------------------------------------------

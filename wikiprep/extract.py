@@ -54,6 +54,7 @@ import bz2
 import datetime as dt
 import io
 import json
+import math
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -241,6 +242,43 @@ def slice_range(part_path: Path, index: int, count: int) -> tuple[int, int]:
         start = 0 if index == 0 else slice_cut(f, size, size * index // count)
         end = size if index == count - 1 else slice_cut(f, size, size * (index + 1) // count)
     return start, max(start, end)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A unit of extraction and splitting: a whole part (`slices` 1) or slice `slice` of `slices` of one."""
+
+    part: str
+    slice: int = 0
+    slices: int = 1
+
+    @property
+    def name(self) -> str:
+        """The part's name without .bz2, plus .sliceKKKofNNN for a slice: the stem of the piece's outputs."""
+        stem = self.part[:-4] if self.part.endswith(".bz2") else self.part
+        return stem if self.slices == 1 else f"{stem}.slice{self.slice:03d}of{self.slices:03d}"
+
+    def byte_range(self, part_path: Path) -> tuple[int, int] | None:
+        """The piece's bytes of the part file (`slice_range`), or None for the whole part."""
+        return None if self.slices == 1 else slice_range(part_path, self.slice, self.slices)
+
+
+def pieces(parts, *, multistream: bool, slice_mb: float) -> list[Piece]:
+    """The pieces of a dump, in dump order: each part that holds pages (not a multistream index file),
+    whole, or, for a multistream dump and `slice_mb` > 0, cut into slices of about `slice_mb` MB of bz2.
+
+    `parts` are `download.Part`s (name, size, is_index). Only a multistream part can be sliced: a
+    plain part is one bz2 stream. A part of unknown size stays whole.
+    """
+    out = []
+    for p in parts:
+        if p.is_index:
+            continue
+        count = 1
+        if multistream and slice_mb > 0 and p.size:
+            count = max(1, math.ceil(p.size / (slice_mb * 1e6)))
+        out += [Piece(p.name, k, count) for k in range(count)]
+    return out
 
 
 def _siteinfo_head(raw, name: str) -> bytes:

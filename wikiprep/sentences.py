@@ -6,9 +6,9 @@ Offline by construction: the Punkt model is trained, unsupervised, on the corpus
 
 Every document goes to shard `hash(seed, page id) mod N` (`shard_of`), so each shard is a
 uniform random sample of the whole dump while every step streams: `split_part` turns one
-extracted part into N bucket files, `merge_shard` concatenates bucket i of every part, in
-part order, into shard i. The output is the original BERT generator's input format: one
-sentence per line, a blank line between documents.
+extracted part into N bucket files, `merge_splits` concatenates bucket i of every part, in
+part order, into shard i (`merge_shard`). The output is the original BERT generator's input
+format: one sentence per line, a blank line between documents.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from typing import Iterator
 from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenceTokenizer, PunktToken, PunktTrainer
 
 from shardkit.atomic import atomic_dir, atomic_write, write_json
-from .clean import clean_document
 from shardkit.errors import PrepError
+
+from .clean import clean_document
+from .extract import check_parts
 
 
 # nltk >= 3.9.3 runs every Punkt regex through `nltk.redos`: the `regex` engine with a timeout
@@ -87,10 +89,24 @@ class PunktSplitter(PunktSentenceTokenizer):
         return decided
 
 
+def stable_hash(*parts) -> int:
+    """64 bits of the sha256 of the parts joined by ":": the same on every run, machine and Python hash seed.
+
+    The one recipe behind every seeded choice of the pipeline: a page's shard (`shard_of`) and a
+    shard's generation seed (`dataset.shard_seed`).
+    """
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 def shard_of(seed: int, page_id: int, num_shards: int) -> int:
     """The shard of a page: stable across runs, machines and Python hash seeds."""
-    digest = hashlib.sha256(f"{seed}:{page_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % num_shards
+    return stable_hash(seed, page_id) % num_shards
+
+
+def split_name(num_shards: int, seed: int, min_chars: int) -> str:
+    """The folder name of one way of splitting a dump into sentence shards, e.g. 'n256_seed12345_min200'."""
+    return f"n{num_shards}_seed{seed}_min{min_chars}"
 
 
 def read_documents(extracted_path: str | Path) -> Iterator[dict]:
@@ -135,6 +151,36 @@ def punkt_sample(extracted_paths: list[str | Path], *, min_chars: int = 0,
             if taken >= max_chars:
                 return texts
     return texts
+
+
+class PunktSample:
+    """The Punkt training sample gathered part by part, as the extracted parts become ready.
+
+    `add` reads one more extracted part (or slice), once, for what the sample still lacks;
+    `full` says when no more are needed. `texts` is what `punkt_sample` gives for the same
+    parts, and `source` names the parts read.
+    """
+
+    def __init__(self, *, min_chars: int = 0, max_chars: int = PUNKT_SAMPLE_CHARS):
+        self.min_chars, self.max_chars = min_chars, max_chars
+        self.texts: list[str] = []
+        self.paths: list[Path] = []
+
+    @property
+    def chars(self) -> int:
+        return sum(map(len, self.texts))
+
+    @property
+    def full(self) -> bool:
+        return self.chars >= self.max_chars
+
+    @property
+    def source(self) -> str:
+        return ", ".join(p.name for p in self.paths)
+
+    def add(self, extracted_path: str | Path) -> None:
+        self.paths.append(Path(extracted_path))
+        self.texts += punkt_sample([extracted_path], min_chars=self.min_chars, max_chars=self.max_chars - self.chars)
 
 
 def train_punkt(sample: list[str], out_path: str | Path, *, source: str = "the extracted parts") -> dict:
@@ -214,6 +260,35 @@ def split_part(extracted_path: str | Path, punkt_path: str | Path, out_dir: str 
                 f.close()
     return {"documents": documents, "sentences": sentences, "dropped": dict(sorted(dropped.items())),
             "documents_per_shard": per_shard}
+
+
+def shard_name(shard: int) -> str:
+    return f"shard_{shard:05d}.txt"
+
+
+def merge_splits(split_dirs: list[str | Path], out_dir: str | Path, *, num_shards: int, split_stats: list[dict],
+                 extract_stats: list[dict], source: str) -> dict:
+    """The sentence shards, committed as one folder: shard i is bucket i of every split, in the given (dump) order.
+
+    `split_dirs` are `split_part`'s folders and `split_stats` its results; `extract_stats` are
+    `extract.extract_part`'s results for every part or slice. Returns each shard's documents and
+    sentences, and the documents dropped at extraction and at cleaning, summed by reason.
+    PrepError, naming `source` (the dump), before writing when a part yields no article
+    (`extract.check_parts`: a sliced part is judged whole), and after writing (the folder then
+    stays without a receipt) when no document survived at all.
+    """
+    check_parts(extract_stats)
+    dropped: dict[str, int] = {}
+    for stats in split_stats + extract_stats:
+        for reason, n in stats["dropped"].items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    shards = []
+    with atomic_dir(out_dir) as tmp:
+        for i in range(num_shards):
+            shards.append(merge_shard([Path(s) / bucket_name(i) for s in split_dirs], tmp / shard_name(i)))
+    if sum(s["documents"] for s in shards) == 0:
+        raise PrepError(f"{source}: no article survived extraction and cleaning (dropped: {dropped or 'none'})")
+    return {"shards": shards, "dropped": dict(sorted(dropped.items()))}
 
 
 def merge_shard(bucket_paths: list[str | Path], out_path: str | Path) -> dict:

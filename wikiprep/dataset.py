@@ -1,0 +1,115 @@
+"""A BERT pre-training dataset folder, from sentence shards: what defines it, its shards, its closing files.
+
+Three steps, each a plain function so that a Luigi task can wrap each one (as `imagenet_prep.convert`):
+
+1. `describe` says what defines the dataset's content: the generation options, the dump and
+   sentence-split parameters, and the vocabulary's sha256. It goes to `dataset.json` (first
+   use of the folder, `claim_folder`) and to MANIFEST.json, so a folder made with other values
+   is never mixed with this one.
+2. `write_shard` writes `wiki_{i:05d}.tfrecord` and its index from sentence shard i, seeded by
+   `shard_seed(seed, i)`: shards are independent, so any number of workers, in any order, give
+   the same bytes.
+3. `finalize` adds `vocab.txt` and `stats.json`, then MANIFEST.json, once every shard is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from shardkit.atomic import remove_stale_temps, sha256_file, write_bytes, write_json
+from shardkit.errors import PrepError
+from shardkit.manifest import write_manifest
+
+from . import instances
+from .options import GenerationOptions
+from .sentences import stable_hash
+from .vocab import check_vocab_file
+
+DESCRIPTION = "dataset.json"
+
+
+def folder_name(options: GenerationOptions) -> str:
+    """'seq128_mask20_dup5': the folder of a dataset within its dump's work folder."""
+    return f"seq{options.max_seq_length}_mask{options.max_predictions_per_seq}_dup{options.dupe_factor}"
+
+
+def shard_name(shard: int) -> str:
+    return f"wiki_{shard:05d}.tfrecord"
+
+
+def shard_seed(seed: int, shard: int) -> int:
+    """The generation seed of shard `shard`, from the global seed: the same whatever the worker count
+    or task order. A non-negative int64 (the top bit of `stable_hash` dropped)."""
+    return stable_hash(seed, "instances", shard) >> 1
+
+
+def describe(options: GenerationOptions, vocab_path: str | Path, *, wiki: str, dump_date: str, multistream: bool,
+             extract_slice_mb: float, num_shards: int, min_doc_chars: int, vocab_size: int) -> dict:
+    """What defines a dataset's content, as dataset.json and MANIFEST.json record it.
+
+    The nine generation options, `random_seed` named `seed` (the global seed every shard's seed
+    derives from), the dump and sentence-split parameters, and `vocab_sha256`. PrepError when
+    `vocab_path` is not a usable BERT vocabulary.
+    """
+    check_vocab_file(vocab_path)
+    description = options.as_dict()
+    description["seed"] = description.pop("random_seed")
+    description.update(wiki=wiki, dump_date=dump_date, multistream=multistream, extract_slice_mb=extract_slice_mb,
+                       num_shards=num_shards, min_doc_chars=min_doc_chars, vocab_size=vocab_size,
+                       vocab_sha256=sha256_file(vocab_path))
+    return description
+
+
+def claim_folder(folder: str | Path, description: dict) -> None:
+    """Write dataset.json on first use; refuse a folder that holds a dataset made with other parameters."""
+    path = Path(folder) / DESCRIPTION
+    if path.exists():
+        existing = json.loads(path.read_text(encoding="utf-8"))
+        diff = sorted(k for k in set(existing) | set(description) if existing.get(k) != description.get(k))
+        if diff:
+            raise PrepError(f"{folder}: holds a dataset made with other parameters ({', '.join(diff)}); "
+                            f"use another --data-dir or remove it")
+        return
+    write_json(path, description)
+
+
+def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: str | Path, options: GenerationOptions,
+                description: dict) -> dict:
+    """The instances of one sentence shard at `out_path` (+ its `.index`), in the folder `description` claims.
+
+    `options.random_seed` is the shard's own seed (`shard_seed`). Returns the generation stats;
+    a killed run's temporaries of this shard are removed first, nothing is left half-written.
+    """
+    out_path = Path(out_path)
+    claim_folder(out_path.parent, description)
+    remove_stale_temps(out_path)
+    return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path),
+                                             str(out_path.with_suffix(".index")), options)
+
+
+def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shard_stats: list[dict],
+             sentence_stats: dict) -> dict:
+    """Close a dataset whose shards are all written: vocab.txt, stats.json, then MANIFEST.json (returned).
+
+    `shard_stats[i]` is what `write_shard` returned for shard i; `sentence_stats` is what
+    `sentences.merge_splits` returned (documents per sentence shard, documents dropped by reason).
+    stats.json holds the totals of every numeric stat, each shard's stats, and the dropped
+    documents. PrepError when the folder holds another dataset, or when no shard has an instance.
+    """
+    folder = Path(folder)
+    claim_folder(folder, description)
+    write_bytes(folder / "vocab.txt", Path(vocab_path).read_bytes())
+    shards, totals, counts = [], {}, {}
+    for i, st in enumerate(shard_stats):
+        counts[shard_name(i)] = st["instances"]
+        shards.append({"shard": i, "file": shard_name(i),
+                       "sentence_documents": sentence_stats["shards"][i]["documents"], **st})
+        for k, v in st.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                totals[k] = totals.get(k, 0) + v
+    if totals.get("instances", 0) == 0:
+        raise PrepError(f"{folder}: the corpus gave no instances; is the dump empty or --min-doc-chars too high?")
+    write_json(folder / "stats.json",
+               {"total": totals, "shards": shards, "dropped_documents": sentence_stats["dropped"]})
+    return write_manifest(folder, counts, extra={"dataset": description})

@@ -1,0 +1,85 @@
+"""The ImageNet tasks: a plan of which image goes to which shard, the shards, then MANIFEST.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import luigi
+from luigi.util import inherits, requires
+
+from imagenet_prep import convert
+from shardkit.atomic import remove_stale_temps, write_receipt
+
+from .base import PrepTask, ReceiptTarget
+
+
+class ImageNetTask(PrepTask):
+    """Base of the ImageNet tasks: their bad input reads `imagenet-prep: error: ...`, as the command line's."""
+
+    prog = "imagenet-prep"
+
+
+class ImageNetPlan(ImageNetTask):
+    """Which image goes to which shard: sorted inputs, labels by sorted synset, a seeded shuffle."""
+
+    train_dir = luigi.Parameter(description="train/<wnid>/*.JPEG")
+    validation_dir = luigi.Parameter(description="flat validation images, or <wnid>/ folders")
+    val_labels = luigi.OptionalParameter(default=None, description="TF labels .txt, Kaggle LOC_val_solution.csv "
+                                                                    "or devkit ground truth; omit for <wnid>/ folders")
+    output_dir = luigi.Parameter()
+    synsets_file = luigi.OptionalParameter(default=None)
+    metadata_file = luigi.OptionalParameter(default=None)
+    bbox_dir = luigi.OptionalParameter(default=None)
+    train_shards = luigi.IntParameter(default=1024)
+    validation_shards = luigi.IntParameter(default=128)
+    seed = luigi.IntParameter(default=12345)
+
+    def output(self):
+        # In a hidden folder: the plan names the input paths, which differ between machines, so it
+        # stays out of MANIFEST.json (and out of the way of readers that glob the output folder).
+        return ReceiptTarget(Path(self.output_dir) / ".work" / "plan.json")
+
+    def run(self):
+        plan = convert.make_plan(self.train_dir, self.validation_dir, self.val_labels,
+                                 synsets_file=self.synsets_file, metadata_file=self.metadata_file,
+                                 bbox_dir=self.bbox_dir, train_shards=self.train_shards,
+                                 validation_shards=self.validation_shards, seed=self.seed)
+        convert.write_plan(plan, self.output().path)
+        write_receipt(self.output().path)
+
+
+@requires(ImageNetPlan)
+class ImageNetShard(ImageNetTask):
+    """One shard of one split, as the plan fixes it: `{split}-{i:05d}-of-{n:05d}` and its index."""
+
+    split = luigi.ChoiceParameter(choices=["train", "validation"])
+    index = luigi.IntParameter()
+
+    def output(self):
+        n = self.train_shards if self.split == "train" else self.validation_shards
+        return ReceiptTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n))
+
+    def run(self):
+        remove_stale_temps(self.output().path)
+        plan = convert.read_plan(self.input().path)
+        result = convert.write_shard(plan, self.split, self.index, self.output_dir)
+        write_receipt(self.output().path, result=result)
+
+
+@inherits(ImageNetPlan)
+class ImageNet(ImageNetTask):
+    """ImageNet as TFRecord shards: train-*/validation-* + idx/ + MANIFEST.json in --output-dir."""
+
+    def requires(self):
+        return {"plan": self.clone(ImageNetPlan),
+                "shards": [self.clone(ImageNetShard, split=split, index=i)
+                           for split, n in (("train", self.train_shards), ("validation", self.validation_shards))
+                           for i in range(n)]}
+
+    def output(self):
+        return ReceiptTarget(Path(self.output_dir) / "MANIFEST.json")
+
+    def run(self):
+        plan = convert.read_plan(self.input()["plan"].path)
+        convert.finalize(plan, self.output_dir, [t.receipt()["result"] for t in self.input()["shards"]])
+        write_receipt(self.output().path)

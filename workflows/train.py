@@ -1,0 +1,44 @@
+"""The thin trainers: a tiny model trained on a dataset folder, to show the data is learnable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import luigi
+
+from shardkit.atomic import write_receipt
+
+from .base import PrepTask, ReceiptTarget
+
+
+class TrainTask(PrepTask):
+    """Base of the trainers: a dataset folder in; OUT/metrics.csv (a loss per step) and OUT/loss.png out."""
+
+    dataset_dir = luigi.Parameter()
+    steps = luigi.IntParameter(default=300)
+    out_dir = luigi.Parameter()
+
+    def output(self):
+        return ReceiptTarget(Path(self.out_dir) / "metrics.csv")
+
+
+class TrainBert(TrainTask):
+    """A tiny BERT trained on a pre-training dataset folder."""
+
+    def run(self):
+        from trainers.bert import train_bert  # Keras loads only when a trainer runs
+
+        result = train_bert(self.dataset_dir, self.out_dir, steps=self.steps)
+        write_receipt(self.output().path, result=result)
+
+
+class TrainImageNet(TrainTask):
+    """A tiny CNN trained on ImageNet shards."""
+
+    prog = "imagenet-prep"
+
+    def run(self):
+        from trainers.cnn import train_imagenet
+
+        result = train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps)
+        write_receipt(self.output().path, result=result)

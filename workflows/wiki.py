@@ -1,0 +1,307 @@
+"""The Wikipedia tasks: a dated dump to BERT pre-training shards.
+
+DownloadPart -> ExtractPart -> TrainPunkt -> SplitPart -> SentenceShards -> TrainVocab (without
+--vocab-file) -> PretrainShard -> PretrainDataset (Pretrain128, Pretrain384, Pretrain512).
+The dump's parameters are DumpTask's; every other parameter is declared once, on the first task
+that needs it, and the tasks after it take it with `luigi.util.inherits` / `requires` and build
+their requirements with `clone`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import luigi
+from luigi.util import inherits, requires
+
+from shardkit.atomic import remove_stale_temps, write_dir_receipt, write_receipt
+from shardkit.errors import PrepError
+from wikiprep import dataset, download, extract, sentences, vocab
+from wikiprep.options import GenerationOptions
+
+from .base import PrepTask, ReceiptTarget
+
+
+class DumpTask(PrepTask):
+    """Base of the Wikipedia tasks: the dated dump they read, where its files go, its parts and pieces."""
+
+    data_dir = luigi.Parameter(description="root of all outputs")
+    dump_url = luigi.Parameter(default="https://dumps.wikimedia.org",
+                               description="base of a dumps-site layout (http://, https:// or file://)")
+    wiki = luigi.Parameter(default="enwiki")
+    dump_date = luigi.Parameter(description="a dated dump, YYYYMMDD (never 'latest')")
+    multistream = luigi.BoolParameter(default=False, description="take the multistream variant of the dump")
+    extract_slice_mb = luigi.FloatParameter(
+        default=100.0, significant=False,
+        description="multistream dumps: extract and split each part in slices of about this many MB of bz2, in "
+                    "parallel (0: whole parts). The outputs are the same bytes either way")
+
+    @property
+    def download_dir(self) -> Path:
+        return Path(self.data_dir) / "downloads" / self.wiki / self.dump_date
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.data_dir) / f"{self.wiki}-{self.dump_date}"
+
+    def parts(self) -> list[download.Part]:
+        """The dump's part files, from the local copy of dumpstatus.json (fetched once, at scheduling)."""
+        return download.dump_parts(self.dump_url, self.wiki, self.dump_date, self.download_dir,
+                                   multistream=self.multistream)
+
+    def pieces(self) -> list[extract.Piece]:
+        """The units of extraction and splitting, in dump order: whole parts, or slices of multistream ones."""
+        return extract.pieces(self.parts(), multistream=self.multistream, slice_mb=self.extract_slice_mb)
+
+    def piece_task(self, cls: type[DumpTask], piece: extract.Piece) -> DumpTask:
+        """Task `cls` (ExtractPart, SplitPart) of one piece, with this task's other parameters."""
+        return self.clone(cls, part=piece.part, slice=piece.slice, slices=piece.slices)
+
+
+# ---------------------------------------------------------------------------------------------
+# Download
+
+class DownloadPart(DumpTask):
+    """One part file of the dump, verified against its checksum. At most 2 at once per dumps host."""
+
+    part = luigi.Parameter()
+    resources = {"wikimedia_http": 1}
+
+    def output(self):
+        return ReceiptTarget(self.download_dir / self.part)
+
+    def run(self):
+        by_name = {p.name: p for p in self.parts()}
+        if self.part not in by_name:
+            raise PrepError(f"--part {self.part}: not a file of {self.wiki} {self.dump_date}")
+
+        def progress(done: int, total: int) -> None:
+            if total:
+                self.set_progress_percentage(round(100 * done / total, 1))
+            self.set_status_message(f"{self.part}: {done / 1e6:.1f} of {total / 1e6:.1f} MB")
+
+        download.fetch_part(self.dump_url, self.wiki, self.dump_date, by_name[self.part], self.download_dir,
+                            progress=progress)
+
+
+class DownloadDump(DumpTask):
+    """Every part of a dated dump under DATA/downloads/{wiki}/{date}/."""
+
+    def requires(self):
+        return [self.clone(DownloadPart, part=p.name) for p in self.parts()]
+
+    def output(self):
+        return self.input()
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction and sentences
+
+@requires(DownloadPart)
+class ExtractPart(DumpTask):
+    """WikiExtractor over one dump part (or one slice of a multistream part): articles as JSON lines,
+    clock magic words pinned to the dump date."""
+
+    slice = luigi.IntParameter(default=0)
+    slices = luigi.IntParameter(default=1)
+
+    @property
+    def piece(self) -> extract.Piece:
+        return extract.Piece(self.part, self.slice, self.slices)
+
+    def output(self):
+        return ReceiptTarget(self.work_dir / "extracted" / f"{self.piece.name}.jsonl")
+
+    def run(self):
+        out = self.output().path
+        remove_stale_temps(out)
+        part = self.input().path
+        stats = extract.extract_part(part, out, self.dump_date, byte_range=self.piece.byte_range(part))
+        write_receipt(out, stats=stats)
+
+
+class TrainPunkt(DumpTask):
+    """The Punkt sentence model, trained unsupervised on the dump itself (offline; no nltk.download).
+
+    It needs only the first ~2 M characters of text, so it waits for the first part (or slice)
+    alone and asks for the next ones (dynamic dependencies) only while the sample is short:
+    training overlaps the extraction of the rest.
+    """
+
+    min_doc_chars = luigi.IntParameter(default=200, description="drop cleaned documents shorter than this")
+
+    def requires(self):
+        return self.piece_task(ExtractPart, self.pieces()[0])
+
+    def output(self):
+        return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
+
+    def run(self):
+        sample = sentences.PunktSample(min_chars=self.min_doc_chars)
+        for piece in self.pieces():
+            sample.add((yield self.piece_task(ExtractPart, piece)).path)
+            if sample.full:
+                break
+        stats = sentences.train_punkt(sample.texts, self.output().path, source=sample.source)
+        write_receipt(self.output().path, stats=stats)
+
+
+# SentenceShards comes before SplitPart, which takes its parameters.
+
+@inherits(TrainPunkt)
+class SentenceShards(DumpTask):
+    """All sentence shards: shard i is bucket i of every part (or slice), in dump order. Slices partition
+    their part in page order, so the shards are the same bytes whether parts were sliced or not."""
+
+    num_shards = luigi.IntParameter(default=256, description="number of output shards")
+    seed = luigi.IntParameter(default=12345, description="global seed: shard mixing and instance generation")
+
+    def requires(self):
+        return [self.piece_task(SplitPart, piece) for piece in self.pieces()]
+
+    def output(self):
+        split_name = sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
+        return ReceiptTarget(self.work_dir / "sentences" / split_name)
+
+    def run(self):
+        splits = self.input()
+        # Documents dropped at extraction (redirects, other namespaces...) are counted with those dropped at cleaning.
+        extracted = [self.piece_task(ExtractPart, piece).output().receipt()["stats"] for piece in self.pieces()]
+        stats = sentences.merge_splits([t.path for t in splits], self.output().path, num_shards=self.num_shards,
+                                       split_stats=[t.receipt()["stats"] for t in splits], extract_stats=extracted,
+                                       source=f"{self.wiki} {self.dump_date}")
+        write_dir_receipt(self.output().path, stats=stats)
+
+
+@inherits(SentenceShards, ExtractPart)
+class SplitPart(DumpTask):
+    """One extracted part (or slice) cleaned, split into sentences and spread over the shards by
+    hash(seed, page id)."""
+
+    def requires(self):
+        return {"part": self.clone(ExtractPart), "punkt": self.clone(TrainPunkt)}
+
+    def output(self):
+        split_name = sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
+        return ReceiptTarget(self.work_dir / "split" / split_name / self.requires()["part"].piece.name)
+
+    def run(self):
+        if self.num_shards < 1:
+            raise PrepError(f"--num-shards {self.num_shards}: must be at least 1")
+        stats = sentences.split_part(self.input()["part"].path, self.input()["punkt"].path, self.output().path,
+                                     num_shards=self.num_shards, seed=self.seed, min_chars=self.min_doc_chars)
+        write_dir_receipt(self.output().path, stats=stats)
+
+
+@requires(SentenceShards)
+class TrainVocab(DumpTask):
+    """A WordPiece vocabulary trained (deterministically) on the sentence shards."""
+
+    vocab_size = luigi.IntParameter(default=30522, description="size of the trained vocabulary")
+    do_lower_case = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+
+    def output(self):
+        split_name = sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
+        case = "uncased" if self.do_lower_case else "cased"
+        return ReceiptTarget(self.work_dir / "vocab" / f"{split_name}_{case}_{self.vocab_size}.txt")
+
+    def run(self):
+        shards = sorted(self.input().path.glob("shard_*.txt"))
+        stats = vocab.build_vocab(shards, self.output().path, vocab_size=self.vocab_size,
+                                  lowercase=self.do_lower_case)
+        write_receipt(self.output().path, stats=stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-training instances
+
+@inherits(TrainVocab)
+class PretrainTask(DumpTask):
+    """Base of the tasks that write one dataset folder: the generation parameters, and the folder,
+    vocabulary and description they give."""
+
+    vocab_file = luigi.OptionalParameter(default=None, description="BERT vocab.txt; trained on the corpus when absent")
+    max_seq_length = luigi.IntParameter(default=128)
+    max_predictions_per_seq = luigi.IntParameter(default=20)
+    dupe_factor = luigi.IntParameter(default=5)
+    masked_lm_prob = luigi.FloatParameter(default=0.15)
+    short_seq_prob = luigi.FloatParameter(default=0.1)
+    do_whole_word_mask = luigi.BoolParameter(default=False)
+    fixed_mask_count = luigi.BoolParameter(default=False,
+                                           description="Graphcore's fixed count: a full sequence gets exactly "
+                                                       "max_predictions_per_seq masks")
+
+    @property
+    def options(self) -> GenerationOptions:
+        """The generation options, with the global seed (each shard's own derives from it)."""
+        return GenerationOptions.from_object(self, random_seed=self.seed)
+
+    @property
+    def dataset_dir(self) -> Path:
+        return self.work_dir / dataset.folder_name(self.options)
+
+    def vocab_task(self) -> TrainVocab | None:
+        return None if self.vocab_file else self.clone(TrainVocab)
+
+    def vocab_path(self) -> Path:
+        return Path(self.vocab_file) if self.vocab_file else self.vocab_task().output().path
+
+    def description(self) -> dict:
+        """What defines the dataset's content; a folder made with other values is never mixed with this one."""
+        return dataset.describe(self.options, self.vocab_path(), wiki=self.wiki, dump_date=self.dump_date,
+                                multistream=self.multistream, extract_slice_mb=self.extract_slice_mb,
+                                num_shards=self.num_shards, min_doc_chars=self.min_doc_chars,
+                                vocab_size=self.vocab_size)
+
+
+class PretrainShard(PretrainTask):
+    """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): wiki_{i:05d}.tfrecord + .index."""
+
+    shard = luigi.IntParameter()
+
+    def requires(self):
+        deps = {"sentences": self.clone(SentenceShards)}
+        if self.vocab_task() is not None:
+            deps["vocab"] = self.vocab_task()
+        return deps
+
+    def output(self):
+        return ReceiptTarget(self.dataset_dir / dataset.shard_name(self.shard))
+
+    def run(self):
+        out = self.output().path
+        seed = dataset.shard_seed(self.seed, self.shard)
+        stats = dataset.write_shard(self.input()["sentences"].path / sentences.shard_name(self.shard),
+                                    self.vocab_path(), out, GenerationOptions.from_object(self, random_seed=seed),
+                                    self.description())
+        write_receipt(out, seed=seed, stats=stats)
+
+
+class PretrainDataset(PretrainTask):
+    """Every shard, then vocab.txt, stats.json and MANIFEST.json: the dataset is complete when MANIFEST.json is."""
+
+    def requires(self):
+        return [self.clone(PretrainShard, shard=i) for i in range(self.num_shards)]
+
+    def output(self):
+        return ReceiptTarget(self.dataset_dir / "MANIFEST.json")
+
+    def run(self):
+        dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(),
+                         [t.receipt()["stats"] for t in self.input()],
+                         self.clone(SentenceShards).output().receipt()["stats"])
+        write_receipt(self.output().path)
+
+
+class Pretrain128(PretrainDataset):
+    """PretrainDataset at its defaults: sequences of 128 tokens, 20 predictions."""
+
+
+class Pretrain384(PretrainDataset):
+    max_seq_length = luigi.IntParameter(default=384)
+    max_predictions_per_seq = luigi.IntParameter(default=56)
+
+
+class Pretrain512(PretrainDataset):
+    max_seq_length = luigi.IntParameter(default=512)
+    max_predictions_per_seq = luigi.IntParameter(default=76)
