@@ -19,16 +19,7 @@ from shardkit.example import decode_example, decode_example_kinds
 from shardkit.records import find_files, read_records
 from wikiprep.schema import BERT_INSTANCE, PRED, SEQ
 
-from .loop import (
-    check_params,
-    find_bad_file,
-    first_line,
-    first_record,
-    loss_summary,
-    run_steps,
-    set_seeds,
-    write_metrics,
-)
+from .loop import check_params, find_bad_file, first_line, first_record, set_seeds, train_and_record
 
 BERT_COLUMNS = ("step", "loss", "mlm_loss", "nsp_loss")
 SHARD_GLOB = "wiki_*.tfrecord"
@@ -237,19 +228,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
                             f"{vocab_source}): {first_line(e)}") from None
         raise PrepError(f"{dataset_dir}: ran out of records: {first_line(e)}") from None
 
-    rows, first_step_s, step_s = run_steps(train_step, ds, steps, BERT_COLUMNS, on_error)
-    csv_path, png_path = write_metrics(out_dir, rows, BERT_COLUMNS, title=f"tiny BERT on {dataset_dir.name}")
-    return {
-        **loss_summary(rows),
-        "steps": steps,
-        "batch_size": batch_size,
-        "seq_length": seq,
-        "max_predictions_per_seq": pred,
-        "vocab_size": vocab_size,
-        "vocab_source": vocab_source,
-        "files": len(files),
-        "first_step_seconds": first_step_s,
-        "seconds_per_step": step_s,
-        "metrics_csv": str(csv_path),
-        "loss_png": str(png_path),
-    }
+    return train_and_record(train_step, ds, steps, BERT_COLUMNS, on_error, out_dir,
+                            title=f"tiny BERT on {dataset_dir.name}", batch_size=batch_size, seq_length=seq,
+                            max_predictions_per_seq=pred, vocab_size=vocab_size, vocab_source=vocab_source,
+                            files=len(files))

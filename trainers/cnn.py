@@ -17,16 +17,7 @@ from shardkit.errors import PrepError
 from shardkit.example import decode_example_kinds
 from shardkit.records import find_files
 
-from .loop import (
-    check_params,
-    find_bad_file,
-    first_line,
-    first_record,
-    loss_summary,
-    run_steps,
-    set_seeds,
-    write_metrics,
-)
+from .loop import check_params, find_bad_file, first_line, first_record, set_seeds, train_and_record
 
 NUM_CLASSES = 1000
 IMAGENET_COLUMNS = ("step", "loss")
@@ -133,16 +124,6 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
             raise PrepError(f"{dataset_dir}: bad record: {first_line(e)}") from None
         raise PrepError(f"{dataset_dir}: ran out of records: {first_line(e)}") from None
 
-    rows, first_step_s, step_s = run_steps(train_step, ds, steps, IMAGENET_COLUMNS, on_error)
-    csv_path, png_path = write_metrics(out_dir, rows, IMAGENET_COLUMNS, title=f"tiny CNN on {dataset_dir.name}")
-    return {
-        **loss_summary(rows),
-        "steps": steps,
-        "batch_size": batch_size,
-        "image_size": image_size,
-        "files": len(files),
-        "first_step_seconds": first_step_s,
-        "seconds_per_step": step_s,
-        "metrics_csv": str(csv_path),
-        "loss_png": str(png_path),
-    }
+    return train_and_record(train_step, ds, steps, IMAGENET_COLUMNS, on_error, out_dir,
+                            title=f"tiny CNN on {dataset_dir.name}", batch_size=batch_size, image_size=image_size,
+                            files=len(files))

@@ -1,8 +1,8 @@
 """What both thin trainers share: metrics.csv and loss.png, checks of their input, the step loop, seeds.
 
 A trainer checks its parameters (`check_params`) and the first record of every file
-(`first_record`) before building a model, runs `run_steps`, and commits its rows with
-`write_metrics`. When TensorFlow's reader fails mid-run, `find_bad_file` re-reads the files to
+(`first_record`) before building a model, then `train_and_record` runs the steps, commits
+metrics.csv and loss.png, and returns the summary every trainer reports. When TensorFlow's reader fails mid-run, `find_bad_file` re-reads the files to
 name the one at fault, and `first_line` keeps the line of TensorFlow's message that says why.
 """
 
@@ -155,6 +155,15 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error)
         raise  # on_error always raises; this keeps the type checker and readers sure of it
     rest = (time.perf_counter() - t1) / (steps - 1) if steps > 1 else first_step_s
     return rows, first_step_s, rest
+
+
+def train_and_record(train_step, batches, steps: int, columns: Sequence[str], on_error,
+                     out_dir: str | os.PathLike, title: str, **facts) -> dict:
+    """`run_steps`, then `write_metrics`; returns the loss summary, timings, output paths and `facts`."""
+    rows, first_step_s, step_s = run_steps(train_step, batches, steps, columns, on_error)
+    csv_path, png_path = write_metrics(out_dir, rows, columns, title=title)
+    return {**loss_summary(rows), "steps": steps, **facts, "first_step_seconds": first_step_s,
+            "seconds_per_step": step_s, "metrics_csv": str(csv_path), "loss_png": str(png_path)}
 
 
 def set_seeds(seed: int) -> None:
