@@ -36,7 +36,7 @@ from pathlib import Path
 from shardkit.atomic import remove_all_stale_temps, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import write_manifest
-from shardkit.records import RecordWriter
+from shardkit.records import RecordWriter, check_index_size
 
 from . import images, labels
 from .schema import IMAGENET_IMAGE
@@ -440,15 +440,6 @@ def _example(img: images.PreparedImage, filename: str, label: int, wnid: str, te
 # ---------------------------------------------------------------------------------------------
 # The manifest
 
-def _check_shard_files(output_dir: Path, name: str, records: int) -> None:
-    shard, idx = output_dir / name, index_path(output_dir, name)
-    if not shard.is_file() or not idx.is_file():
-        raise PrepError(f"{shard if not shard.is_file() else idx}: missing (shard not written?)")
-    lines = [line.split() for line in idx.read_text(encoding="ascii").splitlines() if line.strip()]
-    if len(lines) != records or sum(int(x[1]) for x in lines) != shard.stat().st_size:
-        raise PrepError(f"{idx}: lists {len(lines)} records, not the {records} of {name}, or not its size")
-
-
 def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict]) -> dict:
     """Check every planned shard was written as reported, then write MANIFEST.json; returns it."""
     output_dir = Path(output_dir)
@@ -471,7 +462,7 @@ def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict]) -> d
         if r["planned"] != hi - lo or r["records"] + len(r["left_out"]) != hi - lo:
             raise PrepError(f"{output_dir / name}: result does not match the plan ({r['records']} records + "
                             f"{len(r['left_out'])} left out, plan has {hi - lo} images)")
-        _check_shard_files(output_dir, name, r["records"])
+        check_index_size(output_dir / name, index_path(output_dir, name), r["records"])
     remove_all_stale_temps(output_dir)
     remove_all_stale_temps(output_dir / IDX_DIR)
     # Readers glob `train*` / `validation*` and Graphcore's demands exactly 1024/128 matches; DALI

@@ -110,17 +110,49 @@ def record_offsets(path: str | Path) -> list[tuple[int, int]]:
     return out
 
 
-def check_index(record_path: str | Path, index_path: str | Path) -> int:
-    """Raise PrepError unless `index_path` lists exactly the records of `record_path`; returns the count."""
-    expected = record_offsets(record_path)
+def read_index(index_path: str | Path) -> list[tuple[int, int]]:
+    """The `(offset, length)` entries of an index file; PrepError when it is missing or a line is not two numbers."""
+    index_path = Path(index_path)
     try:
-        lines = Path(index_path).read_text(encoding="ascii").split("\n")
+        text = index_path.read_text(encoding="ascii")
     except FileNotFoundError:
         raise PrepError(f"{index_path}: index file missing") from None
-    got = [tuple(int(x) for x in line.split()) for line in lines if line.strip()]
-    if got != expected:
+    except UnicodeDecodeError:
+        raise PrepError(f"{index_path}: not an index file (not ASCII text)") from None
+    entries = []
+    for number, line in enumerate(text.split("\n"), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not all(f.isdigit() for f in fields):
+            raise PrepError(f"{index_path}: line {number} is not 'offset length'")
+        entries.append((int(fields[0]), int(fields[1])))
+    return entries
+
+
+def check_index(record_path: str | Path, index_path: str | Path) -> int:
+    """Raise PrepError unless `index_path` lists exactly the records of `record_path`; returns the count.
+
+    Reads the whole record file (framing and CRCs); `check_index_size` is the cheap check.
+    """
+    expected = record_offsets(record_path)
+    if read_index(index_path) != expected:
         raise PrepError(f"{index_path}: index does not match {Path(record_path).name}")
     return len(expected)
+
+
+def check_index_size(record_path: str | Path, index_path: str | Path, records: int) -> None:
+    """Raise PrepError unless `index_path` lists `records` entries whose lengths add up to the record file's size.
+
+    Reads only the index: for a writer's own final check, where `check_index` would read every byte again.
+    """
+    record_path = Path(record_path)
+    if not record_path.is_file():
+        raise PrepError(f"{record_path}: missing (not written?)")
+    entries = read_index(index_path)
+    if len(entries) != records or sum(length for _, length in entries) != record_path.stat().st_size:
+        raise PrepError(f"{index_path}: lists {len(entries)} records, not the {records} of {record_path.name}, "
+                        f"or not its size")
 
 
 def find_files(folder: str | Path, pattern: str, name_regex: str | None = None) -> list[Path]:

@@ -55,6 +55,25 @@ def test_index_matches_tfrecord2idx(tmp_path):
     assert (tmp_path / "ref.idx").read_text() == (tmp_path / "x.index").read_text()
 
 
+@pytest.mark.parametrize("index_text,problem", [
+    ("0 17\n17 bad\n", "line 2 is not 'offset length'"),
+    ("0 17 3\n", "line 1 is not 'offset length'"),
+    ("0 17\n17 17\n", "index does not match"),
+    ("0 17\n", "index does not match"),
+])
+def test_a_wrong_index_is_one_line_naming_it(tmp_path, index_text, problem):
+    path = tmp_path / "x.tfrecord"
+    records.write_records(path, [b"payload-one", b"payload-two"])  # two records of 16 + 11 bytes
+    (tmp_path / "x.index").write_text(index_text)
+    with pytest.raises(PrepError, match=problem):
+        records.check_index(path, tmp_path / "x.index")
+    with pytest.raises(PrepError):
+        records.check_index_size(path, tmp_path / "x.index", 2)
+    (tmp_path / "x.index").write_text("0 27\n27 27\n")
+    assert records.check_index(path, tmp_path / "x.index") == 2
+    records.check_index_size(path, tmp_path / "x.index", 2)
+
+
 def test_corruption_is_reported_with_the_file(tmp_path):
     path = tmp_path / "x.tfrecord"
     records.write_records(path, [b"payload-one", b"payload-two"])
