@@ -127,6 +127,51 @@ def test_bad_parameters_give_one_clear_line(demo, tmp_path, change, expected):
     assert "Traceback" not in r.stderr
 
 
+def _tree_digest(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"--num-shards": "3"}, ["num_shards 4 there, 3 here"]),
+    ({"--seed": "999", "--do-whole-word-mask": None}, ["seed 12345 there, 999 here",
+                                                       "do_whole_word_mask False there, True here"]),
+    ({"--dupe-factor": "5", "--masked-lm-prob": "0.2"}, ["masked_lm_prob 0.15 there, 0.2 here"]),
+    ({"--vocab-file": "OTHER_VOCAB"}, ["vocab_sha256 '"]),
+    ({"--vocab-file": "NOT_A_VOCAB"}, ["not a BERT vocabulary"]),
+])
+def test_a_rerun_with_other_content_parameters_is_refused_before_any_work(demo, tmp_path, change, expected):
+    data = tmp_path / "data"
+    shutil.copytree(demo / "data", data)
+    before = _tree_digest(data)
+    (tmp_path / "OTHER_VOCAB").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n##s\n")
+    (tmp_path / "NOT_A_VOCAB").write_text("just some text\n")
+    args = pretrain_args(demo, data, workers=1)
+    for flag, value in change.items():
+        value = str(tmp_path / value) if value in ("OTHER_VOCAB", "NOT_A_VOCAB") else value
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag] + ([value] if value is not None else [])
+    r = run_luigi(*args)
+    assert r.returncode != 0, r.stderr[-3000:]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
+    assert len(lines) == 1, r.stderr[-3000:]
+    for text in expected:
+        assert text in lines[0], lines[0]
+    if "not a BERT vocabulary" not in expected[0]:
+        assert "give another --data-dir, or remove" in lines[0]
+    assert "Traceback" not in r.stderr
+    assert _tree_digest(data) == before  # nothing ran: no shard, no split, no receipt changed
+
+
+def test_a_rerun_that_changes_only_how_work_is_cut_is_complete(demo, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(demo / "data", data)
+    r = run_luigi(*pretrain_args(demo, data, workers=1), "--extract-slice-mb", "50")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "complete ones were encountered" in r.stdout + r.stderr
+
+
 def test_imagenet_bytes_do_not_depend_on_where_the_inputs_live(demo, tmp_path):
     raw = tmp_path / "elsewhere" / "raw"
     shutil.copytree(demo / "imagenet-raw", raw)

@@ -44,34 +44,65 @@ def shard_seed(seed: int, shard: int) -> int:
     return stable_hash(seed, "instances", shard) >> 1
 
 
-def describe(options: GenerationOptions, vocab_path: str | Path, *, wiki: str, dump_date: str, multistream: bool,
-             extract_slice_mb: float, num_shards: int, min_doc_chars: int, vocab_size: int) -> dict:
+# In the description, but never a reason to refuse a folder: it changes how the work is cut, not a byte.
+SAME_BYTES = ("extract_slice_mb",)
+
+
+def describe(options: GenerationOptions, vocab_path: str | Path | None, *, wiki: str, dump_date: str,
+             multistream: bool, extract_slice_mb: float, num_shards: int, min_doc_chars: int, vocab_size: int) -> dict:
     """What defines a dataset's content, as dataset.json and MANIFEST.json record it.
 
     The nine generation options, `random_seed` named `seed` (the global seed every shard's seed
     derives from), the dump and sentence-split parameters, and `vocab_sha256`. PrepError when
-    `vocab_path` is not a usable BERT vocabulary.
+    `vocab_path` is not a usable BERT vocabulary. `vocab_path` None (a vocabulary not trained yet)
+    leaves `vocab_sha256` out: enough to compare with a folder before any work starts.
     """
-    check_vocab_file(vocab_path)
     description = options.as_dict()
     description["seed"] = description.pop("random_seed")
     description.update(wiki=wiki, dump_date=dump_date, multistream=multistream, extract_slice_mb=extract_slice_mb,
-                       num_shards=num_shards, min_doc_chars=min_doc_chars, vocab_size=vocab_size,
-                       vocab_sha256=sha256_file(vocab_path))
+                       num_shards=num_shards, min_doc_chars=min_doc_chars, vocab_size=vocab_size)
+    if vocab_path is not None:
+        check_vocab_file(vocab_path)
+        description["vocab_sha256"] = sha256_file(vocab_path)
     return description
+
+
+def _held_description(folder: Path) -> dict | None:
+    """The description in `folder`'s dataset.json, or None when the folder holds no dataset yet."""
+    path = folder / DESCRIPTION
+    try:
+        held = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError):
+        raise PrepError(f"{path}: not valid JSON; remove {folder} to rebuild the dataset") from None
+    if not isinstance(held, dict):
+        raise PrepError(f"{path}: not a dataset description; remove {folder} to rebuild the dataset")
+    return held
+
+
+def check_folder(folder: str | Path, description: dict) -> None:
+    """Refuse a folder that holds a dataset made with other content parameters, naming each with both values.
+
+    Only the keys of `description` are compared (one made before the vocabulary exists has no
+    `vocab_sha256`), and never SAME_BYTES. Meant to run before any work starts.
+    """
+    folder = Path(folder)
+    held = _held_description(folder)
+    if held is None:
+        return
+    differ = [f"{key} {held.get(key)!r} there, {value!r} here" for key, value in sorted(description.items())
+              if key not in SAME_BYTES and held.get(key) != value]
+    if differ:
+        raise PrepError(f"{folder}: holds a dataset made with other parameters ({'; '.join(differ)}); "
+                        f"give another --data-dir, or remove {folder} to rebuild it")
 
 
 def claim_folder(folder: str | Path, description: dict) -> None:
     """Write dataset.json on first use; refuse a folder that holds a dataset made with other parameters."""
-    path = Path(folder) / DESCRIPTION
-    if path.exists():
-        existing = json.loads(path.read_text(encoding="utf-8"))
-        diff = sorted(k for k in set(existing) | set(description) if existing.get(k) != description.get(k))
-        if diff:
-            raise PrepError(f"{folder}: holds a dataset made with other parameters ({', '.join(diff)}); "
-                            f"use another --data-dir or remove it")
-        return
-    write_json(path, description)
+    check_folder(folder, description)
+    if _held_description(Path(folder)) is None:
+        write_json(Path(folder) / DESCRIPTION, description)
 
 
 def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: str | Path, options: GenerationOptions,

@@ -100,10 +100,18 @@ class PrepTask(luigi.Task):
 
     def complete(self):
         try:
+            self.check_before_work()
             return super().complete()
         except PrepError as error:
             report_error(self.prog, error)
             raise
+
+    def check_before_work(self) -> None:
+        """Raise PrepError when these parameters must not run, nor reuse what is on disk.
+
+        Called by complete(), the first thing Luigi asks of a task: an output made with other
+        parameters is refused here, before any work starts, rather than silently returned.
+        """
 
     def on_failure(self, exception):
         if isinstance(exception, PrepError):

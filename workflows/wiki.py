@@ -246,12 +246,18 @@ class PretrainTask(DumpTask):
     def vocab_path(self) -> Path:
         return Path(self.vocab_file) if self.vocab_file else self.vocab_task().output().path
 
-    def description(self) -> dict:
-        """What defines the dataset's content; a folder made with other values is never mixed with this one."""
-        return dataset.describe(self.options, self.vocab_path(), wiki=self.wiki, dump_date=self.dump_date,
-                                multistream=self.multistream, extract_slice_mb=self.extract_slice_mb,
-                                num_shards=self.num_shards, min_doc_chars=self.min_doc_chars,
-                                vocab_size=self.vocab_size)
+    def description(self, with_vocab: bool = True) -> dict:
+        """What defines the dataset's content (dataset.describe); a folder made with other values is never
+        mixed with this one. `with_vocab` False leaves out the vocabulary's hash."""
+        return dataset.describe(self.options, self.vocab_path() if with_vocab else None, wiki=self.wiki,
+                                dump_date=self.dump_date, multistream=self.multistream,
+                                extract_slice_mb=self.extract_slice_mb, num_shards=self.num_shards,
+                                min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size)
+
+    def check_before_work(self) -> None:
+        """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
+        to be trained has no hash yet, but the parameters it is trained with are in the description."""
+        dataset.check_folder(self.dataset_dir, self.description(with_vocab=bool(self.vocab_file)))
 
 
 class PretrainShard(PretrainTask):
