@@ -35,7 +35,7 @@ from pathlib import Path
 
 from shardkit.atomic import remove_all_stale_temps, write_json
 from shardkit.errors import PrepError
-from shardkit.manifest import write_manifest
+from shardkit.manifest import MANIFEST, write_manifest
 from shardkit.records import RecordWriter, check_index_size
 
 from . import images, labels
@@ -440,6 +440,37 @@ def _example(img: images.PreparedImage, filename: str, label: int, wnid: str, te
 # ---------------------------------------------------------------------------------------------
 # The manifest
 
+def content_parameters(document: dict) -> dict:
+    """{seed, train_shards, validation_shards} of a plan or a MANIFEST.json: what changes the shards' bytes
+    for the same inputs (None for a split not converted)."""
+    shards_key = "num_shards" if document.get("format") == PLAN_FORMAT else "shards"
+    return {"seed": document["seed"], **{f"{name}_shards": document["splits"][name][shards_key]
+                                         if name in document["splits"] else None for name in SPLITS}}
+
+
+def check_output_dir(output_dir: str | Path, wanted: dict) -> None:
+    """Refuse an output folder that holds an ImageNet dataset made with other `content_parameters`.
+
+    What the folder holds is read from its MANIFEST.json when finished, else from the plan of a run
+    in progress. Run before anything is written: a refused run never changes a good dataset, and a
+    rerun never silently returns one made otherwise.
+    """
+    output_dir = Path(output_dir)
+    for path in (output_dir / MANIFEST, output_dir / ".work" / "plan.json"):
+        try:
+            held = content_parameters(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            continue
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+            raise PrepError(f"{path}: not an ImageNet dataset's file; remove {output_dir} to rebuild it") from None
+        differ = [f"{key} {held[key]!r} there, {value!r} here" for key, value in wanted.items() if held[key] != value]
+        if differ:
+            raise PrepError(f"{output_dir}: holds an ImageNet dataset made with other parameters "
+                            f"({'; '.join(differ)}, from {path.name}); give another --output-dir, or remove "
+                            f"{output_dir} to rebuild it")
+        return
+
+
 def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict]) -> dict:
     """Check every planned shard was written as reported, then write MANIFEST.json; returns it."""
     output_dir = Path(output_dir)
@@ -523,6 +554,7 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
     """
     output_dir = Path(output_dir)
     plan = make_plan(train_dir, validation_dir, val_labels, **plan_args)
+    check_output_dir(output_dir, content_parameters(plan))
     output_dir.mkdir(parents=True, exist_ok=True)
     write_plan(plan, output_dir / ".work" / "plan.json")
     jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]

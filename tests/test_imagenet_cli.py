@@ -137,3 +137,31 @@ def test_errors_are_one_line_without_traceback(tmp_path):
     assert p.returncode == 1
     assert p.stderr == f"imagenet-prep: error: {tmp_path / 'nope'}: train input not found\n"
     assert not (tmp_path / "o").exists()
+
+
+def _tree_bytes(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"--train-shards": "4"}, "train_shards 3 there, 4 here"),
+    ({"--validation-shards": "1", "--seed": "7"}, "seed 12345 there, 7 here; validation_shards 2 there, 1 here"),
+    ({"--validation-dir": None, "--val-labels": None}, "validation_shards 2 there, None here"),
+])
+def test_convert_into_a_dataset_made_otherwise_is_refused_and_changes_nothing(converted, capsys, tmp_path, change,
+                                                                             expected):
+    root, out = converted
+    target = _copy(out, tmp_path / "out")
+    before = _tree_bytes(target)
+    same = {"--train-dir": str(root / "raw" / "train"), "--validation-dir": str(root / "raw" / "validation"),
+            "--val-labels": str(root / "raw" / samples.VAL_LABELS_NAME), "--output-dir": str(target),
+            "--train-shards": "3", "--validation-shards": "2", "--workers": "2"}
+    other = {k: v for k, v in {**same, **change}.items() if v is not None}
+    rc, _, err = _run(capsys, ["convert", *[a for kv in other.items() for a in kv]])
+    assert rc == 1
+    assert err.startswith(f"imagenet-prep: error: {target}: holds an ImageNet dataset made with other parameters")
+    assert expected in err and "give another --output-dir" in err and err.count("\n") == 1, err
+    assert _tree_bytes(target) == before  # refused before anything was written
+    rc, _, err = _run(capsys, ["convert", *[a for kv in same.items() for a in kv]])
+    assert rc == 0, err  # the parameters the folder was made with: accepted, the same bytes again
+    assert _tree_bytes(target) == before

@@ -198,3 +198,21 @@ def test_imagenet_bad_input_gives_one_imagenet_prep_line(demo, tmp_path, log_arg
     assert "wikiprep: error:" not in r.stderr
     # At luigi.cfg's level the line is the whole story; --log-level DEBUG keeps the traceback behind it.
     assert ("Traceback" in r.stderr) == bool(log_args), r.stderr[-3000:]
+
+
+def test_imagenet_rerun_with_other_shard_counts_is_refused_before_any_work(demo, tmp_path):
+    out = tmp_path / "imagenet"
+    shutil.copytree(demo / "imagenet", out)
+    before = _tree_digest(out)
+    raw = demo / "imagenet-raw"
+    r = run_luigi("ImageNet", "--train-dir", str(raw / "train"), "--validation-dir", str(raw / "validation"),
+                  "--val-labels", str(raw / "validation_labels.txt"), "--output-dir", str(out),
+                  "--train-shards", "3", "--validation-shards", "2", "--seed", "9", "--local-scheduler",
+                  "--workers", "1")
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("imagenet-prep: error:")]
+    assert len(lines) == 1, r.stderr[-3000:]
+    assert "seed 12345 there, 9 here; train_shards 4 there, 3 here" in lines[0], lines[0]
+    assert "Traceback" not in r.stderr
+    assert _tree_digest(out) == before
+
