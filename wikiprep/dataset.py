@@ -101,8 +101,9 @@ def check_folder(folder: str | Path, description: dict) -> None:
 def claim_folder(folder: str | Path, description: dict) -> None:
     """Write dataset.json on first use; refuse a folder that holds a dataset made with other parameters."""
     check_folder(folder, description)
-    if _held_description(Path(folder)) is None:
-        write_json(Path(folder) / DESCRIPTION, description)
+    path = Path(folder) / DESCRIPTION
+    if not path.exists():
+        write_json(path, description)
 
 
 def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: str | Path, options: GenerationOptions,

@@ -14,16 +14,9 @@ from .base import PrepTask, ReceiptTarget
 
 
 class ImageNetTask(PrepTask):
-    """Base of the ImageNet tasks (all with ImageNetPlan's parameters): their bad input reads
-    `imagenet-prep: error: ...`, as the command line's."""
+    """Base of the ImageNet tasks: their bad input reads `imagenet-prep: error: ...`, as the command line's."""
 
     prog = "imagenet-prep"
-
-    def check_before_work(self) -> None:
-        """An output folder holding a dataset made with another seed or other shard counts is refused before
-        anything runs, instead of being returned as complete."""
-        convert.check_output_dir(self.output_dir, {"seed": self.seed, "train_shards": self.train_shards,
-                                                   "validation_shards": self.validation_shards})
 
 
 class ImageNetPlan(ImageNetTask):
@@ -82,6 +75,13 @@ class ImageNet(ImageNetTask):
                 "shards": [self.clone(ImageNetShard, split=split, index=i)
                            for split, n in (("train", self.train_shards), ("validation", self.validation_shards))
                            for i in range(n)]}
+
+    def check_before_work(self) -> None:
+        """An output folder holding a dataset made with another seed or other shard counts is refused before
+        anything runs, instead of being returned as complete. Checked here once, not per shard: Luigi asks
+        this task first, and nothing runs when it refuses."""
+        convert.check_output_dir(self.output_dir, {"seed": self.seed, "train_shards": self.train_shards,
+                                                   "validation_shards": self.validation_shards})
 
     def output(self):
         return ReceiptTarget(Path(self.output_dir) / "MANIFEST.json")

@@ -254,11 +254,6 @@ class PretrainTask(DumpTask):
                                 extract_slice_mb=self.extract_slice_mb, num_shards=self.num_shards,
                                 min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size)
 
-    def check_before_work(self) -> None:
-        """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
-        to be trained has no hash yet, but the parameters it is trained with are in the description."""
-        dataset.check_folder(self.dataset_dir, self.description(with_vocab=bool(self.vocab_file)))
-
 
 class PretrainShard(PretrainTask):
     """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): wiki_{i:05d}.tfrecord + .index."""
@@ -285,6 +280,12 @@ class PretrainShard(PretrainTask):
 
 class PretrainDataset(PretrainTask):
     """Every shard, then vocab.txt, stats.json and MANIFEST.json: the dataset is complete when MANIFEST.json is."""
+
+    def check_before_work(self) -> None:
+        """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
+        to be trained has no hash yet, but the parameters it is trained with are in the description.
+        Checked here once, not per shard: Luigi asks this task first, and nothing runs when it refuses."""
+        dataset.check_folder(self.dataset_dir, self.description(with_vocab=bool(self.vocab_file)))
 
     def requires(self):
         return [self.clone(PretrainShard, shard=i) for i in range(self.num_shards)]
