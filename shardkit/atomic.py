@@ -4,12 +4,18 @@ Every output is written to a temporary file in its final folder, flushed and fsy
 then renamed into place; a receipt (JSON, in the folder's `.receipts/`) is committed the
 same way, last. A file
 whose receipt exists is complete; a file without one is an interrupted run and is
-rewritten. Temporary files carry the host and pid so two workers never share one.
+rewritten. Temporary files carry the host and pid so two workers never share one, and so
+that the next write of the same file can tell a dead writer's temporary (this host, no
+such process: SIGKILL, a node's crash) from a live one and remove it.
+
+A write that fails (a full disk, a folder where the file should be) removes its temporary
+and raises a PrepError naming the file it was writing, never the temporary.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import json
@@ -19,12 +25,83 @@ import socket
 from pathlib import Path
 from typing import IO, Iterator
 
+from .errors import PrepError
+
 RECEIPTS_DIR = ".receipts"  # receipts live apart, so globs such as `train*` or `wiki_*` never see them
-_TMP_MARK = ".tmp-"
+TMP_MARK = _TMP_MARK = ".tmp-"  # in every temporary's name, and in no committed file's
 
 
 def _tmp_path(path: Path) -> Path:
     return path.with_name(f"{path.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}")
+
+
+def _writer_is_dead(tmp: Path) -> bool:
+    """True when `tmp` was left by a process of this host that no longer runs.
+
+    A temporary of another host, or of a live process (maybe a racing worker), is not ours to remove.
+    """
+    host, _, pid = tmp.name.rpartition(_TMP_MARK)[2].rpartition("-")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def remove_dead_temps(path: str | os.PathLike) -> None:
+    """Remove the temporaries of `path` whose writer died on this host (SIGKILL, a crash, a full disk)."""
+    path = Path(path)
+    for p in path.parent.glob(f"{glob.escape(path.name)}{_TMP_MARK}*"):
+        if _writer_is_dead(p):
+            _remove(p)
+
+
+_REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+            errno.EFBIG: "file too large for this file system or limit", errno.EROFS: "read-only file system",
+            errno.EACCES: "permission denied", errno.EPERM: "permission denied", errno.EIO: "input/output error"}
+
+
+def _first_non_folder(path: Path) -> Path | None:
+    """The first ancestor of `path` (or `path` itself) that exists and is not a folder."""
+    for p in reversed([path, *path.parents]):
+        if p.exists() and not p.is_dir():
+            return p
+    return None
+
+
+def make_parent_folder(path: Path) -> None:
+    """Create `path`'s folder; PrepError naming the file in the way when a parent is a file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = _first_non_folder(path.parent)
+        raise PrepError(f"{blocker or path.parent}: not a folder; cannot create {path} under it") from None
+
+
+def check_output_root(path: str | os.PathLike, flag: str) -> None:
+    """Refuse, before any work, a root of outputs (`--data-dir`) that is, or lies under, a file."""
+    path = Path(path)
+    blocker = _first_non_folder(path)
+    if blocker == path:
+        raise PrepError(f"{flag} {path}: is a file, not a folder")
+    if blocker is not None:
+        raise PrepError(f"{flag} {path}: {blocker} is a file, not a folder")
+
+
+def write_error(path: Path, e: OSError) -> PrepError:
+    """The one line for a failed write of `path`, never naming our temporary."""
+    reason = _REASONS.get(e.errno, e.strerror or str(e))
+    return PrepError(f"{path}: cannot write: {reason}")
+
+
+def _is_own_write_error(e: BaseException, tmp: Path) -> bool:
+    """An OSError of writing `tmp` itself (a full disk: no file name), not one of reading some input."""
+    return (isinstance(e, OSError) and not isinstance(e, PrepError)
+            and (e.filename is None or Path(e.filename) == tmp or Path(e.filename).is_relative_to(tmp)))
 
 
 def fsync_dir(folder: Path) -> None:
@@ -39,14 +116,22 @@ def fsync_dir(folder: Path) -> None:
 def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success fsync and rename it to `path`.
 
-    On any exception the temporary file is removed and `path` is left as it was.
+    On any exception (SIGTERM included, once `shardkit.signals` turned it into one) the
+    temporary is removed and `path` is left as it was; an OSError of the write itself (a full
+    disk) becomes a PrepError naming `path`. Dead writers' temporaries of `path` are removed first.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise PrepError(f"{path}: is a folder; cannot write a file there")
+    make_parent_folder(path)
+    remove_dead_temps(path)
     tmp = _tmp_path(path)
     if "b" not in mode and encoding is None:
         encoding = "utf-8"
-    f = open(tmp, mode, encoding=encoding)
+    try:
+        f = open(tmp, mode, encoding=encoding)
+    except OSError as e:
+        raise write_error(path, e) from e
     try:
         yield f
         f.flush()
@@ -54,10 +139,14 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
         f.close()
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except BaseException:
-        f.close()
+    except BaseException as e:
+        # close() flushes what is buffered, and fails again on a full disk: the temporary goes regardless.
+        with contextlib.suppress(OSError):
+            f.close()
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if _is_own_write_error(e, tmp):
+            raise write_error(path, e) from e
         raise
 
 
@@ -149,10 +238,16 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     An existing `path` without a receipt is a leftover of a killed run and is replaced.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_dir():
+        raise PrepError(f"{path}: is a file; a folder is written there")
+    make_parent_folder(path)
+    remove_dead_temps(path)
     tmp = _tmp_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+    except OSError as e:
+        raise write_error(path, e) from e
     try:
         yield tmp
         for p in sorted(tmp.rglob("*"), reverse=True):  # files before the folders holding them
@@ -166,8 +261,10 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(path)
         os.rename(tmp, path)
         fsync_dir(path.parent)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if _is_own_write_error(e, tmp):
+            raise write_error(path, e) from e
         raise
 
 

@@ -2,7 +2,8 @@
 
 `run(PROG, parser, commands)` parses the arguments, calls the function named by the
 sub-command, and turns a PrepError or an OSError into `PROG: error: <what, where>` on
-stderr with exit status 1 (never a traceback); Ctrl-C exits 130.
+stderr with exit status 1 (never a traceback); Ctrl-C exits 130, SIGTERM 143, after every open
+atomic write has removed its temporary.
 """
 
 from __future__ import annotations
@@ -12,18 +13,20 @@ import sys
 from typing import Callable, Mapping
 
 from .errors import PrepError
+from .signals import Terminated, raise_on_sigterm
 
 
 def error_line(prog: str, e: BaseException) -> str:
     """`prog: error: ...` for a PrepError, or for an OSError (a folder without write permission, a full disk)."""
     if isinstance(e, OSError) and not isinstance(e, PrepError):
-        return f"{prog}: error: {e.filename or ''}: {e.strerror or e}"
+        return f"{prog}: error: {e.filename}: {e.strerror or e}" if e.filename else f"{prog}: error: {e.strerror or e}"
     return f"{prog}: error: {e}"
 
 
 def run(prog: str, parser: argparse.ArgumentParser, commands: Mapping[str, Callable[[argparse.Namespace], int | None]],
         argv=None) -> int:
     args = parser.parse_args(argv)
+    raise_on_sigterm()
     try:
         return commands[args.command](args) or 0
     except (PrepError, OSError) as e:
@@ -32,3 +35,7 @@ def run(prog: str, parser: argparse.ArgumentParser, commands: Mapping[str, Calla
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:
+        print(f"{prog}: terminated (SIGTERM); nothing half-written is left, run the same command again",
+              file=sys.stderr)
+        return e.code

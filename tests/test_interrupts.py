@@ -1,0 +1,119 @@
+"""Interrupted and failed writes leave nothing behind: SIGTERM, a dead writer's temporary, a full disk.
+
+Real processes, real signals, real file-size limits (RLIMIT_FSIZE makes a write fail as a full
+disk does, EFBIG instead of ENOSPC, through the same code path).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shardkit import atomic
+from shardkit.errors import PrepError
+
+REPO = Path(__file__).resolve().parents[1]
+WIKIPREP = [sys.executable, "-c", "import sys; from wikiprep.cli import main; sys.exit(main())"]
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "and", "river", "city", "old", "new", "."]
+
+
+def _corpus(folder: Path, documents: int) -> tuple[Path, Path]:
+    vocab = folder / "vocab.txt"
+    vocab.write_text("\n".join(WORDS) + "\n")
+    text = folder / "corpus.txt"
+    with open(text, "w") as f:
+        for d in range(documents):
+            for s in range(8):
+                f.write(" ".join(WORDS[5 + (d * 7 + s * 3 + k) % 9] for k in range(12)) + " .\n")
+            f.write("\n")
+    return text, vocab
+
+
+def _create(folder: Path, text: Path, vocab: Path, out: Path, **kw) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen(WIKIPREP + ["create-pretraining-data", f"--input_file={text}", f"--vocab_file={vocab}",
+                                        f"--output_file={out}", f"--index_file={out.with_suffix('.index')}",
+                                        "--dupe_factor=40", "--max_seq_length=64", "--max_predictions_per_seq=10"],
+                            cwd=folder, env=env, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_sigterm_leaves_no_temporary_and_a_rerun_gives_the_same_bytes(tmp_path):
+    text, vocab = _corpus(tmp_path, 3000)
+    reference = tmp_path / "ref" / "out.tfrecord"
+    reference.parent.mkdir()
+    assert _create(tmp_path, text, vocab, reference).wait(timeout=600) == 0
+
+    out = tmp_path / "run" / "out.tfrecord"
+    out.parent.mkdir()
+    proc = _create(tmp_path, text, vocab, out)
+    deadline = time.monotonic() + 300
+    while not list(out.parent.glob("*.tmp-*")):  # SIGTERM while a temporary is open
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before writing"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err
+    assert list(out.parent.iterdir()) == []  # no temporary, no output
+
+    assert _create(tmp_path, text, vocab, out).wait(timeout=600) == 0
+    assert out.read_bytes() == reference.read_bytes()
+    assert out.with_suffix(".index").read_bytes() == reference.with_suffix(".index").read_bytes()
+
+
+def test_a_dead_writers_temporary_is_removed_a_live_ones_is_not(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)  # that process has exited
+    host = socket.gethostname()
+    path = tmp_path / "shard.tfrecord"
+    dead_tmp = tmp_path / f"shard.tfrecord.tmp-{host}-{dead_pid}"
+    live_tmp = tmp_path / f"shard.tfrecord.tmp-{host}-1"  # pid 1 runs: maybe a racing writer
+    other_host = tmp_path / "shard.tfrecord.tmp-elsewhere-12"  # another node's: not ours to judge
+    for p in (dead_tmp, live_tmp, other_host):
+        p.write_bytes(b"half")
+    atomic.write_bytes(path, b"whole")
+    assert path.read_bytes() == b"whole"
+    assert not dead_tmp.exists() and live_tmp.exists() and other_host.exists()
+
+
+def test_a_full_disk_removes_the_temporary_and_names_the_file(tmp_path):
+    code = f"""
+import resource, sys
+sys.path.insert(0, {str(REPO)!r})
+from shardkit import atomic
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    with atomic.atomic_write({str(tmp_path / 'big.bin')!r}) as f:
+        for _ in range(100):
+            f.write(b"x" * 1000)
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == f"PrepError {tmp_path / 'big.bin'}: cannot write: file too large for this file system " \
+                               f"or limit", r.stdout + r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda p: p.mkdir(), "is a folder"),
+    (lambda p: None, None),
+])
+def test_a_folder_where_the_file_goes_is_named(tmp_path, make, expected):
+    path = tmp_path / "out.bin"
+    make(path)
+    if expected is None:
+        atomic.write_bytes(path, b"ok")
+        assert path.read_bytes() == b"ok"
+        return
+    with pytest.raises(PrepError, match=expected):
+        atomic.write_bytes(path, b"x")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
