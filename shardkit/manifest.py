@@ -1,14 +1,27 @@
-"""MANIFEST.json: every file of a dataset with its sha256, size and record count, sorted by path."""
+"""MANIFEST.json: every file of a dataset with its sha256, size and record count, sorted by path.
+
+`check_manifest` trusts nothing in it: the manifest must have the shape `build_manifest` writes,
+every path must stay inside the folder, every listed file must match, and every data file in
+the folder must be listed (a temporary left by an interrupted run, a stray copy).
+"""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 
-from .atomic import sha256_file, write_json
+from .atomic import TMP_MARK as _TMP_MARK, sha256_file, write_json
 from .errors import PrepError
 
 MANIFEST = "MANIFEST.json"
+
+
+def _is_data_file(folder: Path, p: Path) -> bool:
+    """A file the manifest lists: not in a hidden folder (.receipts/, .work/ hold bookkeeping such as
+    machine-specific paths, not data), and not the manifest itself."""
+    rel = p.relative_to(folder)
+    return p.is_file() and rel.as_posix() != MANIFEST and not any(part.startswith(".") for part in rel.parts[:-1])
 
 
 def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dict | None = None) -> dict:
@@ -19,11 +32,9 @@ def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dic
     folder = Path(folder)
     files = []
     for p in sorted(folder.rglob("*"), key=lambda q: q.relative_to(folder).as_posix()):
-        rel = p.relative_to(folder).as_posix()
-        # Hidden folders (.receipts/, .work/) hold bookkeeping such as machine-specific paths, not data.
-        hidden = any(part.startswith(".") for part in p.relative_to(folder).parts[:-1])
-        if not p.is_file() or rel == MANIFEST or hidden or ".tmp-" in p.name:
+        if not _is_data_file(folder, p) or _TMP_MARK in p.name:
             continue
+        rel = p.relative_to(folder).as_posix()
         entry = {"path": rel, "sha256": sha256_file(p), "size": p.stat().st_size}
         if rel in record_counts:
             entry["records"] = record_counts[rel]
@@ -40,19 +51,77 @@ def write_manifest(folder: str | Path, record_counts: dict[str, int], extra: dic
     return manifest
 
 
-def check_manifest(folder: str | Path) -> dict:
-    """Recompute every checksum listed in MANIFEST.json; raise PrepError naming the first mismatch."""
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry_problem(entry) -> str | None:
+    """What is wrong with one entry of "files", or None."""
+    if not isinstance(entry, dict):
+        return f"an entry is {type(entry).__name__}, not an object"
+    path = entry.get("path")
+    if not isinstance(path, str) or not path:
+        return f"an entry has no \"path\" string: {_short(entry)}"
+    parts = PurePosixPath(path).parts
+    if path.startswith("/") or "\\" in path or ".." in parts or "." in parts or path != PurePosixPath(path).as_posix():
+        return f"path {path!r} leaves the folder or is not a plain relative path"
+    if not isinstance(entry.get("sha256"), str) or not re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]):
+        return f"{path}: \"sha256\" is not 64 hex digits"
+    if not _is_count(entry.get("size")):
+        return f"{path}: \"size\" is not a non-negative integer"
+    if "records" in entry and not _is_count(entry["records"]):
+        return f"{path}: \"records\" is not a non-negative integer"
+    return None
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """MANIFEST.json of `folder`, checked for shape (not yet against the files); PrepError naming the problem."""
     folder = Path(folder)
+    path = folder / MANIFEST
     try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise PrepError(f"{folder / MANIFEST}: no manifest (is this a finished dataset folder?)") from None
-    except ValueError as e:
-        raise PrepError(f"{folder / MANIFEST}: not valid JSON ({e})") from None
-    for entry in manifest.get("files", []):
+        raise PrepError(f"{path}: no manifest (is this a finished dataset folder?)") from None
+    except IsADirectoryError:
+        raise PrepError(f"{path}: a folder, not a manifest") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise PrepError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise PrepError(f"{path}: not a manifest (expected an object with a \"files\" list, got {_short(manifest)})")
+    seen = set()
+    for entry in manifest["files"]:
+        problem = _entry_problem(entry)
+        if problem:
+            raise PrepError(f"{path}: {problem}")
+        if entry["path"] in seen:
+            raise PrepError(f"{path}: {entry['path']} is listed twice")
+        seen.add(entry["path"])
+    return manifest
+
+
+def check_manifest(folder: str | Path) -> dict:
+    """Check `folder` against its MANIFEST.json; raise PrepError naming the first problem.
+
+    Every listed file exists with its size and sha256, and every data file of the folder is listed.
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    listed = {e["path"] for e in manifest["files"]}
+    for entry in manifest["files"]:
         p = folder / entry["path"]
+        if not p.resolve().is_relative_to(folder.resolve()):
+            raise PrepError(f"{p}: a link out of the dataset folder (to {p.resolve()})")
         if not p.is_file():
             raise PrepError(f"{p}: listed in {MANIFEST} but missing")
         if p.stat().st_size != entry["size"] or sha256_file(p) != entry["sha256"]:
             raise PrepError(f"{p}: checksum differs from {MANIFEST}")
+    for p in sorted(folder.rglob("*")):
+        if _is_data_file(folder, p) and p.relative_to(folder).as_posix() not in listed:
+            why = "a temporary left by an interrupted run" if _TMP_MARK in p.name else "a file the dataset did not write"
+            raise PrepError(f"{p}: not listed in {MANIFEST} ({why}); remove it, or move it elsewhere")
     return manifest

@@ -57,6 +57,16 @@ def _add_bool(parser: argparse.ArgumentParser, name: str, default: bool, help_te
     parser.add_argument(f"--no{name}", dest=name, action="store_false", help=argparse.SUPPRESS)
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def expand_input_patterns(spec: str) -> list[str]:
     """The original's `--input_file`: comma-separated globs, in the order given, each sorted."""
     files: list[str] = []
@@ -126,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="print the first records of a TFRecord file, decoded")
     i.add_argument("file")
-    i.add_argument("-n", type=int, default=3, help="records to show (default 3)")
+    i.add_argument("-n", type=_at_least_one, default=3, help="records to show (default 3)")
 
     v = sub.add_parser("verify", help="check a dataset folder; one line and exit 1 on the first problem")
     v.add_argument("dir")
