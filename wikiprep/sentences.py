@@ -274,9 +274,12 @@ def merge_splits(split_dirs: list[str | Path], out_dir: str | Path, *, num_shard
     `extract.extract_part`'s results for every part or slice. Returns each shard's documents and
     sentences, and the documents dropped at extraction and at cleaning, summed by reason.
     PrepError, naming `source` (the dump), before writing when a part yields no article
-    (`extract.check_parts`: a sliced part is judged whole), and after writing (the folder then
-    stays without a receipt) when no document survived at all.
+    (`extract.check_parts`: a sliced part is judged whole), and before committing the folder
+    when no document survived at all, or when a shard has none (more shards than the corpus
+    fills: an empty shard would be an empty record file, which DALI's and other readers'
+    index files refuse, so the run stops with one line rather than one error per shard later).
     """
+    check_num_shards(num_shards)
     check_parts(extract_stats)
     dropped: dict[str, int] = {}
     for stats in split_stats + extract_stats:
@@ -286,9 +289,20 @@ def merge_splits(split_dirs: list[str | Path], out_dir: str | Path, *, num_shard
     with atomic_dir(out_dir) as tmp:
         for i in range(num_shards):
             shards.append(merge_shard([Path(s) / bucket_name(i) for s in split_dirs], tmp / shard_name(i)))
-    if sum(s["documents"] for s in shards) == 0:
-        raise PrepError(f"{source}: no article survived extraction and cleaning (dropped: {dropped or 'none'})")
+        documents = sum(s["documents"] for s in shards)
+        if documents == 0:
+            raise PrepError(f"{source}: no article survived extraction and cleaning (dropped: {dropped or 'none'})")
+        empty = sum(1 for s in shards if s["documents"] == 0)
+        if empty:
+            raise PrepError(f"--num-shards {num_shards}: {empty} of the sentence shards would be empty ({source} "
+                            f"has {documents} documents after cleaning, spread by hash); give fewer shards, "
+                            f"at most about {max(1, documents // 8)} for this corpus")
     return {"shards": shards, "dropped": dict(sorted(dropped.items()))}
+
+
+def check_num_shards(num_shards: int) -> None:
+    if num_shards < 1:
+        raise PrepError(f"--num-shards {num_shards}: must be at least 1")
 
 
 def merge_shard(bucket_paths: list[str | Path], out_path: str | Path) -> dict:

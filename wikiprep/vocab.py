@@ -143,6 +143,12 @@ def build_vocab(files: list[str | Path], out_path: str | Path, *, vocab_size: in
     return {"vocab_size": len(vocab), "requested_vocab_size": vocab_size}
 
 
+def check_vocab_size(vocab_size: int) -> None:
+    """A vocabulary to train must hold the special tokens and at least some characters."""
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise PrepError(f"--vocab-size {vocab_size}: must be more than the {len(SPECIAL_TOKENS)} special tokens")
+
+
 def check_vocab_file(path: str | Path) -> int:
     """Raise PrepError unless `path` is a BERT vocabulary the pipeline can use ([UNK] included); returns its size."""
     return Vocab(path, require_unk=True).size

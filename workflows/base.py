@@ -6,7 +6,8 @@ PROG being the task's `prog`: on Luigi's FAILURE event (run()), on its BROKEN_TA
 (requires(), deps()), and by `PrepTask.complete` itself, since Luigi fires no event carrying
 the exception of a failing complete() (worker._add logs only its formatted traceback). Luigi's
 own log records of such a failure keep their first line, given the message, and lose the
-traceback; at `--log-level DEBUG` they keep it, for whoever debugs the code rather than the input.
+traceback; at `--log-level DEBUG` (given, not Luigi's default) they keep it, for whoever debugs
+the code rather than the input.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import luigi
 from shardkit.atomic import read_dir_receipt, read_receipt, receipt_path
 from shardkit.cli import error_line
 from shardkit.errors import PrepError
+from shardkit.signals import raise_on_sigterm
 
 logger = logging.getLogger("luigi-interface")
 
@@ -58,11 +60,31 @@ def _logged_prep_error(record: logging.LogRecord) -> PrepError | None:
     return next((e for e in candidates if text.endswith(_exception_line(e))), None)
 
 
+def _debugging() -> bool:
+    """Tracebacks wanted: `--log-level DEBUG` on the command line, or log_level DEBUG in the Luigi config.
+
+    Luigi's own default level is DEBUG too, but a user who ran from a folder without luigi.cfg
+    asked for nothing: bad input stays one line unless DEBUG was asked for.
+    """
+    argv = sys.argv[1:]
+    for i, arg in enumerate(argv):
+        if arg == "--log-level" and i + 1 < len(argv):
+            return argv[i + 1].upper() == "DEBUG"
+        if arg.startswith("--log-level="):
+            return arg.partition("=")[2].upper() == "DEBUG"
+    config = luigi.configuration.get_config()
+    return any(config.get("core", key, "").upper() == "DEBUG" for key in ("log_level", "log-level"))
+
+
 class _PrepErrorTracebacks(logging.Filter):
     """Cut the traceback of a PrepError from Luigi's log record, leaving its first line and the message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if logger.isEnabledFor(logging.DEBUG):
+        if record.exc_info and isinstance(record.exc_info[1], PrepError) and hasattr(record.exc_info[1], "prog"):
+            # A parameter that does not parse or is missing: raised while Luigi's command line builds
+            # the root task, before any task runs, and logged by `luigi.retcodes` as uncaught.
+            report_error(record.exc_info[1].prog, record.exc_info[1])
+        if _debugging():
             return True
         error = _logged_prep_error(record)
         if error is not None:
@@ -72,6 +94,71 @@ class _PrepErrorTracebacks(logging.Filter):
 
 
 logger.addFilter(_PrepErrorTracebacks())
+
+# What the project's luigi.cfg sets that a run must have wherever it starts: Luigi reads luigi.cfg
+# from the current folder only, and without these a failed run exits 0, a task that returns
+# without its output counts as done, and bad input ends in Luigi's DEBUG chatter. A value that
+# any config file sets wins; these fill only what none set.
+LUIGI_DEFAULTS = {
+    "core": {"log_level": "INFO"},
+    "retcode": {"already_running": "10", "missing_data": "20", "not_run": "25", "task_failed": "30",
+                "scheduling_error": "35", "unhandled_exception": "40"},
+    "worker": {"check_complete_on_run": "true"},
+    "resources": {"wikimedia_http": "2"},
+}
+
+
+def _fill_luigi_defaults() -> None:
+    config = luigi.configuration.get_config()
+    for section, values in LUIGI_DEFAULTS.items():
+        if not config.has_section(section):
+            config.add_section(section)
+        for key, value in values.items():
+            if not any(config.has_option(section, k) for k in (key, key.replace("_", "-"))):
+                config.set(section, key, value)
+
+
+_fill_luigi_defaults()
+
+# SIGTERM (Slurm's time limit, preemption, `kill`) unwinds a running task like an exception, so its
+# open atomic writes remove their temporaries; the forked worker processes inherit the handler.
+raise_on_sigterm()
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters that name their flag in an error. Luigi parses command-line values before any task
+# exists, and its own message ("invalid literal for int()") names neither the flag nor the task.
+
+class _FlagNamed:
+    """A Luigi parameter that knows its flag (`--num-shards`) and program, for one error line."""
+
+    expected = "a valid value"
+
+    def __set_name__(self, owner, name):
+        if hasattr(super(), "__set_name__"):
+            super().__set_name__(owner, name)
+        self.flag = "--" + name.replace("_", "-")
+        self.prog = getattr(owner, "prog", "wikiprep")
+
+    def parse(self, x):
+        try:
+            return super().parse(x)
+        except ValueError:
+            error = PrepError(f"{getattr(self, 'flag', 'a parameter')} {x!r}: expected {self.expected}")
+            error.prog = getattr(self, "prog", "wikiprep")
+            raise error from None
+
+
+class IntParameter(_FlagNamed, luigi.IntParameter):
+    expected = "a whole number"
+
+
+class FloatParameter(_FlagNamed, luigi.FloatParameter):
+    expected = "a number"
+
+
+class BoolParameter(_FlagNamed, luigi.BoolParameter):
+    expected = "true or false"
 
 
 class ReceiptTarget(luigi.Target):
@@ -97,6 +184,19 @@ class PrepTask(luigi.Task):
     """
 
     prog = "wikiprep"  # the program that names itself in the error line
+
+    @classmethod
+    def get_param_values(cls, params, args, kwargs):
+        """Luigi's values, with a missing parameter reported as the flag to give, in one line."""
+        try:
+            return super().get_param_values(params, args, kwargs)
+        except luigi.parameter.MissingParameterException:
+            family = cls.get_task_family()
+            missing = [name for name, p in params if name not in kwargs and not p.has_task_value(family, name)]
+            flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+            error = PrepError(f"{family}: {flags} must be given")
+            error.prog = cls.prog
+            raise error from None
 
     def complete(self):
         try:

@@ -9,7 +9,7 @@ from luigi.util import requires
 
 from shardkit.atomic import atomic_dir, write_dir_receipt, write_json, write_receipt
 
-from .base import PrepTask, ReceiptTarget
+from .base import IntParameter, PrepTask, ReceiptTarget
 from .imagenet import ImageNet
 from .train import TrainBert, TrainImageNet
 from .wiki import Pretrain128
@@ -46,7 +46,7 @@ class DemoSamples(PrepTask):
 class Demo(PrepTask):
     """Sample dump -> Pretrain128 -> TrainBert, and sample ImageNet -> ImageNet -> TrainImageNet."""
 
-    steps = luigi.IntParameter(default=300)
+    steps = IntParameter(default=300)
 
     def output(self):
         return ReceiptTarget(Path(self.out_dir) / "summary.json")

@@ -10,7 +10,7 @@ from luigi.util import inherits, requires
 from imagenet_prep import convert
 from shardkit.atomic import remove_stale_temps, write_receipt
 
-from .base import PrepTask, ReceiptTarget
+from .base import IntParameter, PrepTask, ReceiptTarget
 
 
 class ImageNetTask(PrepTask):
@@ -30,9 +30,9 @@ class ImageNetPlan(ImageNetTask):
     synsets_file = luigi.OptionalParameter(default=None)
     metadata_file = luigi.OptionalParameter(default=None)
     bbox_dir = luigi.OptionalParameter(default=None)
-    train_shards = luigi.IntParameter(default=1024)
-    validation_shards = luigi.IntParameter(default=128)
-    seed = luigi.IntParameter(default=12345)
+    train_shards = IntParameter(default=1024)
+    validation_shards = IntParameter(default=128)
+    seed = IntParameter(default=12345)
 
     def output(self):
         # In a hidden folder: the plan names the input paths, which differ between machines, so it
@@ -53,7 +53,7 @@ class ImageNetShard(ImageNetTask):
     """One shard of one split, as the plan fixes it: `{split}-{i:05d}-of-{n:05d}` and its index."""
 
     split = luigi.ChoiceParameter(choices=["train", "validation"])
-    index = luigi.IntParameter()
+    index = IntParameter()
 
     def output(self):
         n = self.train_shards if self.split == "train" else self.validation_shards

@@ -8,14 +8,14 @@ import luigi
 
 from shardkit.atomic import write_receipt
 
-from .base import PrepTask, ReceiptTarget
+from .base import IntParameter, PrepTask, ReceiptTarget
 
 
 class TrainTask(PrepTask):
     """Base of the trainers: a dataset folder in; OUT/metrics.csv (a loss per step) and OUT/loss.png out."""
 
     dataset_dir = luigi.Parameter()
-    steps = luigi.IntParameter(default=300)
+    steps = IntParameter(default=300)
     out_dir = luigi.Parameter()
 
     def output(self):

@@ -14,12 +14,12 @@ from pathlib import Path
 import luigi
 from luigi.util import inherits, requires
 
-from shardkit.atomic import remove_stale_temps, write_dir_receipt, write_receipt
+from shardkit.atomic import check_output_root, remove_stale_temps, write_dir_receipt, write_receipt
 from shardkit.errors import PrepError
 from wikiprep import dataset, download, extract, sentences, vocab
 from wikiprep.options import GenerationOptions
 
-from .base import PrepTask, ReceiptTarget
+from .base import BoolParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget
 
 
 class DumpTask(PrepTask):
@@ -30,11 +30,14 @@ class DumpTask(PrepTask):
                                description="base of a dumps-site layout (http://, https:// or file://)")
     wiki = luigi.Parameter(default="enwiki")
     dump_date = luigi.Parameter(description="a dated dump, YYYYMMDD (never 'latest')")
-    multistream = luigi.BoolParameter(default=False, description="take the multistream variant of the dump")
-    extract_slice_mb = luigi.FloatParameter(
+    multistream = BoolParameter(default=False, description="take the multistream variant of the dump")
+    extract_slice_mb = FloatParameter(
         default=100.0, significant=False,
         description="multistream dumps: extract and split each part in slices of about this many MB of bz2, in "
                     "parallel (0: whole parts). The outputs are the same bytes either way")
+
+    def check_before_work(self) -> None:
+        check_output_root(self.data_dir, "--data-dir")
 
     @property
     def download_dir(self) -> Path:
@@ -102,8 +105,8 @@ class ExtractPart(DumpTask):
     """WikiExtractor over one dump part (or one slice of a multistream part): articles as JSON lines,
     clock magic words pinned to the dump date."""
 
-    slice = luigi.IntParameter(default=0)
-    slices = luigi.IntParameter(default=1)
+    slice = IntParameter(default=0)
+    slices = IntParameter(default=1)
 
     @property
     def piece(self) -> extract.Piece:
@@ -128,7 +131,7 @@ class TrainPunkt(DumpTask):
     training overlaps the extraction of the rest.
     """
 
-    min_doc_chars = luigi.IntParameter(default=200, description="drop cleaned documents shorter than this")
+    min_doc_chars = IntParameter(default=200, description="drop cleaned documents shorter than this")
 
     def requires(self):
         return self.piece_task(ExtractPart, self.pieces()[0])
@@ -153,8 +156,12 @@ class SentenceShards(DumpTask):
     """All sentence shards: shard i is bucket i of every part (or slice), in dump order. Slices partition
     their part in page order, so the shards are the same bytes whether parts were sliced or not."""
 
-    num_shards = luigi.IntParameter(default=256, description="number of output shards")
-    seed = luigi.IntParameter(default=12345, description="global seed: shard mixing and instance generation")
+    num_shards = IntParameter(default=256, description="number of output shards")
+    seed = IntParameter(default=12345, description="global seed: shard mixing and instance generation")
+
+    def check_before_work(self) -> None:
+        super().check_before_work()
+        sentences.check_num_shards(self.num_shards)
 
     def requires(self):
         return [self.piece_task(SplitPart, piece) for piece in self.pieces()]
@@ -185,9 +192,11 @@ class SplitPart(DumpTask):
         split_name = sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
         return ReceiptTarget(self.work_dir / "split" / split_name / self.requires()["part"].piece.name)
 
+    def check_before_work(self) -> None:
+        super().check_before_work()
+        sentences.check_num_shards(self.num_shards)
+
     def run(self):
-        if self.num_shards < 1:
-            raise PrepError(f"--num-shards {self.num_shards}: must be at least 1")
         stats = sentences.split_part(self.input()["part"].path, self.input()["punkt"].path, self.output().path,
                                      num_shards=self.num_shards, seed=self.seed, min_chars=self.min_doc_chars)
         write_dir_receipt(self.output().path, stats=stats)
@@ -197,8 +206,13 @@ class SplitPart(DumpTask):
 class TrainVocab(DumpTask):
     """A WordPiece vocabulary trained (deterministically) on the sentence shards."""
 
-    vocab_size = luigi.IntParameter(default=30522, description="size of the trained vocabulary")
-    do_lower_case = luigi.BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+    vocab_size = IntParameter(default=30522, description="size of the trained vocabulary")
+    do_lower_case = BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
+
+    def check_before_work(self) -> None:
+        super().check_before_work()
+        sentences.check_num_shards(self.num_shards)
+        vocab.check_vocab_size(self.vocab_size)
 
     def output(self):
         split_name = sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
@@ -221,15 +235,23 @@ class PretrainTask(DumpTask):
     vocabulary and description they give."""
 
     vocab_file = luigi.OptionalParameter(default=None, description="BERT vocab.txt; trained on the corpus when absent")
-    max_seq_length = luigi.IntParameter(default=128)
-    max_predictions_per_seq = luigi.IntParameter(default=20)
-    dupe_factor = luigi.IntParameter(default=5)
-    masked_lm_prob = luigi.FloatParameter(default=0.15)
-    short_seq_prob = luigi.FloatParameter(default=0.1)
-    do_whole_word_mask = luigi.BoolParameter(default=False)
-    fixed_mask_count = luigi.BoolParameter(default=False,
+    max_seq_length = IntParameter(default=128)
+    max_predictions_per_seq = IntParameter(default=20)
+    dupe_factor = IntParameter(default=5)
+    masked_lm_prob = FloatParameter(default=0.15)
+    short_seq_prob = FloatParameter(default=0.1)
+    do_whole_word_mask = BoolParameter(default=False)
+    fixed_mask_count = BoolParameter(default=False,
                                            description="Graphcore's fixed count: a full sequence gets exactly "
                                                        "max_predictions_per_seq masks")
+
+    def check_before_work(self) -> None:
+        """Every parameter that can be judged before any work: a bad one fails before the download."""
+        super().check_before_work()
+        sentences.check_num_shards(self.num_shards)
+        if not self.vocab_file:
+            vocab.check_vocab_size(self.vocab_size)
+        self.options.check()
 
     @property
     def options(self) -> GenerationOptions:
@@ -258,7 +280,7 @@ class PretrainTask(DumpTask):
 class PretrainShard(PretrainTask):
     """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): wiki_{i:05d}.tfrecord + .index."""
 
-    shard = luigi.IntParameter()
+    shard = IntParameter()
 
     def requires(self):
         deps = {"sentences": self.clone(SentenceShards)}
@@ -285,6 +307,7 @@ class PretrainDataset(PretrainTask):
         """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
         to be trained has no hash yet, but the parameters it is trained with are in the description.
         Checked here once, not per shard: Luigi asks this task first, and nothing runs when it refuses."""
+        super().check_before_work()
         dataset.check_folder(self.dataset_dir, self.description(with_vocab=bool(self.vocab_file)))
 
     def requires(self):
@@ -305,10 +328,10 @@ class Pretrain128(PretrainDataset):
 
 
 class Pretrain384(PretrainDataset):
-    max_seq_length = luigi.IntParameter(default=384)
-    max_predictions_per_seq = luigi.IntParameter(default=56)
+    max_seq_length = IntParameter(default=384)
+    max_predictions_per_seq = IntParameter(default=56)
 
 
 class Pretrain512(PretrainDataset):
-    max_seq_length = luigi.IntParameter(default=512)
-    max_predictions_per_seq = luigi.IntParameter(default=76)
+    max_seq_length = IntParameter(default=512)
+    max_predictions_per_seq = IntParameter(default=76)
