@@ -20,6 +20,8 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -58,6 +60,7 @@ class Bad:
     may_add: tuple[str, ...] = ()
     timeout: float = 300
     luigi_local: bool = field(default=True)  # luigi rows run with --local-scheduler --workers 1
+    file_size_limit: int | None = None  # RLIMIT_FSIZE: a write beyond it fails as on a full disk (EFBIG)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,11 +106,17 @@ def _write_synsets(root: Path, layout: dict) -> Path:
     return path
 
 
-def _run(argv: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def _run(argv: list[str], cwd: Path, timeout: float = 300, file_size_limit: int | None = None
+         ) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
     env.pop("LUIGI_CONFIG_PATH", None)
+
+    def limit():
+        if file_size_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
     return subprocess.run(PROGRAMS[argv[0]] + list(argv[1:]), cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, preexec_fn=limit)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +131,11 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def _expand(arg: str, root: Path) -> str:
-    return arg.format(root=root, site=(root / "dumps-site").as_uri(), wiki=DEMO_WIKI, date=DEMO_DATE)
+    """`{root}`, `{site}` (the sample dumps site's file:// URL), `{wiki}` and `{date}` filled in."""
+    for key, value in (("root", str(root)), ("site", (root / "dumps-site").as_uri()), ("wiki", DEMO_WIKI),
+                       ("date", DEMO_DATE)):
+        arg = arg.replace("{" + key + "}", value)
+    return arg
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,10 +149,23 @@ def _write(rel: str, data: str | bytes) -> Callable[[Path], None]:
     return setup
 
 
+def _manifest_edit(folder: str, edit: Callable[[dict], None]) -> Callable[[Path], None]:
+    """Rewrite folder/MANIFEST.json after `edit` changed it in place ({root} in strings is expanded)."""
+    def setup(root: Path) -> None:
+        path = root / folder / "MANIFEST.json"
+        manifest = json.loads(path.read_text())
+        edit(manifest)
+        path.write_text(_expand(json.dumps(manifest), root))
+    return setup
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
 CREATE = ("wikiprep", "create-pretraining-data", "--input_file={root}/corpus.txt", "--vocab_file={root}/vocab.txt")
+
+PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--wiki", "{wiki}",
+            "--dump-date", "{date}")
 
 CASES: list[Bad] = [
     # --- wikiprep create-pretraining-data
@@ -149,11 +175,56 @@ CASES: list[Bad] = [
     Bad("create-vocab-missing", CREATE[:3] + ("--vocab_file={root}/missing.txt", "--output_file={root}/out.tfrecord"),
         "missing.txt"),
 
+    Bad("create-output-is-a-folder", CREATE + ("--output_file={root}/wiki_ds",), "{root}/wiki_ds: is a folder"),
+
     # --- wikiprep verify / inspect / stats
     Bad("verify-changed-byte", ("wikiprep", "verify", "{root}/wiki_ds"), "checksum differs",
         setup=_write("wiki_ds/vocab.txt", "[PAD]\n")),
 
+    Bad("verify-manifest-is-a-list", ("wikiprep", "verify", "{root}/wiki_ds"), "not a manifest",
+        setup=_write("wiki_ds/MANIFEST.json", "[]")),
+    Bad("verify-manifest-is-null", ("wikiprep", "verify", "{root}/wiki_ds"), "not a manifest",
+        setup=_write("wiki_ds/MANIFEST.json", "null")),
+    Bad("verify-manifest-entry-wrong-type", ("wikiprep", "verify", "{root}/wiki_ds"), "an entry is str",
+        setup=_write("wiki_ds/MANIFEST.json", '{"files": ["vocab.txt"]}')),
+    Bad("verify-manifest-size-wrong-type", ("wikiprep", "verify", "{root}/wiki_ds"), '"size" is not',
+        setup=_manifest_edit("wiki_ds", lambda m: m["files"][0].update(size="12"))),
+    Bad("verify-manifest-path-escapes", ("wikiprep", "verify", "{root}/wiki_ds"), "leaves the folder",
+        setup=_manifest_edit("wiki_ds", lambda m: m["files"][0].update(path="../corpus.txt"))),
+    Bad("verify-manifest-absolute-path", ("wikiprep", "verify", "{root}/wiki_ds"), "leaves the folder",
+        setup=_manifest_edit("wiki_ds", lambda m: m["files"][0].update(path="{root}/corpus.txt"))),
+    Bad("verify-stray-temporary", ("wikiprep", "verify", "{root}/wiki_ds"), "a temporary left by an interrupted run",
+        setup=_write("wiki_ds/wiki_00000.tfrecord.tmp-host-1", b"junk")),
+    Bad("verify-stray-file", ("wikiprep", "verify", "{root}/wiki_ds"), "not listed in MANIFEST.json",
+        setup=_write("wiki_ds/notes.txt", "mine")),
+    Bad("inspect-n-zero", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "-n", "0"),
+        "must be at least 1"),
+    Bad("inspect-n-negative", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "-n", "-1"),
+        "must be at least 1"),
+
+    # --- luigi --module workflows: every parameter that can be judged is, before any download
+    Bad("luigi-dump-date-missing", PRETRAIN[:-2], "--dump-date must be given"),
+    Bad("luigi-num-shards-zero", PRETRAIN + ("--num-shards", "0"), "--num-shards 0: must be at least 1"),
+    Bad("luigi-num-shards-not-a-number", PRETRAIN + ("--num-shards", "abc"), "--num-shards 'abc': expected a whole"),
+    Bad("luigi-masked-lm-prob-not-a-number", PRETRAIN + ("--masked-lm-prob", "x"), "--masked-lm-prob 'x'"),
+    Bad("luigi-do-lower-case-not-a-bool", PRETRAIN + ("--do-lower-case", "maybe"), "--do-lower-case 'maybe'"),
+    Bad("luigi-dupe-factor-zero", PRETRAIN + ("--dupe-factor", "0"), "dupe_factor"),
+    Bad("luigi-vocab-file-missing", PRETRAIN + ("--vocab-file", "{root}/missing.txt"), "{root}/missing.txt"),
+    Bad("luigi-vocab-file-not-a-vocab", PRETRAIN + ("--vocab-file", "{root}/corpus.txt"), "{root}/corpus.txt"),
+    Bad("luigi-vocab-size-tiny", PRETRAIN + ("--vocab-size", "3"), "--vocab-size 3"),
+    Bad("luigi-data-dir-is-a-file", ("luigi", "Pretrain128", "--data-dir", "{root}/corpus.txt", "--dump-url", "{site}",
+                                     "--dump-date", "{date}", "--wiki", "{wiki}"), "--data-dir {root}/corpus.txt: is a file"),
+    Bad("luigi-more-shards-than-documents", PRETRAIN + ("--num-shards", "200", "--vocab-file", "{root}/vocab.txt"),
+        "--num-shards 200:", may_add=("data/downloads/*", "data/downloads/*/*/*", "data/*/extracted/*",
+                                      "data/*/punkt_*.json", "data/*/split/*/*/*", "data/*/.receipts/*",
+                                      "data/*/*/.receipts/*", "data/*/split/*/.receipts/*", "data/*/extracted/.receipts/*"),
+        timeout=600),
+
     # --- imagenet-prep
+    Bad("imagenet-verify-manifest-is-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "not a manifest",
+        setup=_write("imagenet_ds/MANIFEST.json", "[]")),
+    Bad("imagenet-verify-manifest-path-escapes", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "leaves the folder",
+        setup=_manifest_edit("imagenet_ds", lambda m: m["files"][0].update(path="../vocab.txt"))),
     Bad("imagenet-verify-no-manifest", ("imagenet-prep", "verify", "{root}/imagenet"), "stray file"),
 ]
 
@@ -168,11 +239,12 @@ def test_bad_input_is_one_line_and_changes_nothing(case: Bad, world: Path, tmp_p
     argv = [_expand(a, root) for a in case.argv]
     if argv[0] == "luigi" and case.luigi_local:
         argv += ["--local-scheduler", "--workers", "1"]
-    r = _run(argv, root, case.timeout)
+    r = _run(argv, root, case.timeout, case.file_size_limit)
 
     assert r.returncode != 0, f"exit 0:\n{r.stderr[-3000:]}"
     prog = ERROR_PROG[argv[0]]
-    lines = [line for line in r.stderr.splitlines() if line.startswith(f"{prog}: error:")]
+    # argparse names the sub-command: `wikiprep inspect: error: argument -n: ...`.
+    lines = [line for line in r.stderr.splitlines() if re.match(rf"{prog}( [a-z-]+)?: error: ", line)]
     assert len(lines) == 1, f"expected one '{prog}: error:' line, got {len(lines)}:\n{r.stderr[-3000:]}"
     assert _expand(case.expect, root) in lines[0], lines[0]
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
