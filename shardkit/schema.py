@@ -13,7 +13,7 @@ int or the name of a dimension given at use (`"max_seq_length"`), `None` a list 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .example import BYTES, FLOAT, INT64, decode_example_kinds, encode_example
 
@@ -89,4 +89,20 @@ class Schema:
             n = f.length(dims)
             if n is not None and len(values) != n:
                 return f"feature {f.name} has {len(values)} values, expected {n}"
+        return None
+
+    def first_problem(self, records: Iterable[bytes], dims: Dims) -> tuple[int, str] | None:
+        """(index, problem) of the first serialized record that is not an Example or breaks the schema.
+
+        What a TensorFlow parse error means in the user's terms: TensorFlow's message names its
+        graph's ops and nodes, not the record.
+        """
+        for i, data in enumerate(records):
+            try:
+                decoded = decode_example_kinds(data)
+            except (ValueError, IndexError) as e:
+                return i, f"not a tf.train.Example ({e})"
+            problem = self.problem(decoded, dims)
+            if problem:
+                return i, problem
         return None

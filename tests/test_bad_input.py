@@ -159,6 +159,25 @@ def _manifest_edit(folder: str, edit: Callable[[dict], None]) -> Callable[[Path]
     return setup
 
 
+def _short_instance() -> bytes:
+    """A BERT instance of 4 tokens in a dataset of 32: parses as an Example, breaks the schema."""
+    from shardkit.example import encode_example
+    return encode_example([("input_ids", "int64", [2, 5, 3, 3]), ("input_mask", "int64", [1] * 32),
+                           ("segment_ids", "int64", [0] * 32), ("masked_lm_positions", "int64", [1, 0, 0, 0, 0]),
+                           ("masked_lm_ids", "int64", [5, 0, 0, 0, 0]),
+                           ("masked_lm_weights", "float", [1.0] + [0.0] * 4), ("next_sentence_labels", "int64", [0])])
+
+
+def _bad_record_at(shard: str, at: int, payload: bytes) -> Callable[[Path], None]:
+    """Insert a framed record (valid CRCs) with `payload` at position `at` of a shard, and index it."""
+    def setup(root: Path) -> None:
+        from shardkit.records import read_records, write_records
+        path = root / shard
+        records = list(read_records(path))
+        write_records(path, records[:at] + [payload] + records[at:], path.with_suffix(".index"))
+    return setup
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -197,6 +216,10 @@ CASES: list[Bad] = [
         setup=_write("wiki_ds/wiki_00000.tfrecord.tmp-host-1", b"junk")),
     Bad("verify-stray-file", ("wikiprep", "verify", "{root}/wiki_ds"), "not listed in MANIFEST.json",
         setup=_write("wiki_ds/notes.txt", "mine")),
+    Bad("stats-record-tensorflow-cannot-parse", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/report"),
+        "record 3: not a tf.train.Example", setup=_bad_record_at("wiki_ds/wiki_00000.tfrecord", 3, b"\x0a\x05hello")),
+    Bad("stats-record-with-wrong-shape", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/report"),
+        "record 2: feature input_ids has", setup=_bad_record_at("wiki_ds/wiki_00000.tfrecord", 2, _short_instance())),
     Bad("inspect-n-zero", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "-n", "0"),
         "must be at least 1"),
     Bad("inspect-n-negative", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "-n", "-1"),

@@ -14,6 +14,7 @@ from typing import Iterator
 from shardkit.errors import PrepError
 from shardkit.example import decode_example
 from shardkit.records import find_files, read_records
+from shardkit.tf import op_error_text
 
 from .schema import BERT_INSTANCE, PRED, SEQ
 from .tokenization import Vocab
@@ -59,9 +60,10 @@ def parsed_batches(tf, files: list[Path], dims: dict[str, int]) -> Iterator[tupl
             for batch in ds.as_numpy_iterator():
                 yield path, batch
         except tf.errors.OpError as e:
-            msg = e.message.splitlines()[0] if e.message else type(e).__name__
+            found = BERT_INSTANCE.first_problem(read_records(path, check_crc=False), dims)
+            what = f"record {found[0]}: {found[1]}" if found else op_error_text(e)
             raise PrepError(f"{path}: TensorFlow cannot parse it with the BERT schema "
-                            f"(seq {dims[SEQ]}, {dims[PRED]} predictions): {msg}") from None
+                            f"(seq {dims[SEQ]}, {dims[PRED]} predictions): {what}") from None
 
 
 def describe_records(path: str | Path, n: int) -> Iterator[str]:
