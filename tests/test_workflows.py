@@ -3,8 +3,10 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,31 @@ def test_same_bytes_whatever_the_worker_count(demo, tmp_path):
     rel = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / "seq128_mask20_dup5"
     assert (tmp_path / "data" / rel / "MANIFEST.json").read_bytes() == \
         (demo / "data" / rel / "MANIFEST.json").read_bytes()
+
+
+def test_sigterm_mid_run_leaves_no_temporary_and_the_rerun_gives_the_same_bytes(demo, tmp_path):
+    """What Slurm does at a time limit: SIGTERM to every process of the job, the worker processes included."""
+    data = tmp_path / "data"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("LUIGI_CONFIG_PATH", None)
+    proc = subprocess.Popen([LUIGI, "--module", "workflows", *pretrain_args(demo, data, workers=2)], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    # Once the sentence shards exist, instance generation writes its temporaries.
+    while not list(data.glob("*/seq128_mask20_dup5/*.tmp-*")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before writing a shard"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    time.sleep(0.5)  # the forked workers exit on their own SIGTERM
+    assert not [p for p in data.rglob("*") if ".tmp-" in p.name], "temporaries left after SIGTERM"
+
+    r = run_luigi(*pretrain_args(demo, data, workers=2))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rel = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / "seq128_mask20_dup5"
+    assert (data / rel / "MANIFEST.json").read_bytes() == (demo / "data" / rel / "MANIFEST.json").read_bytes()
 
 
 def test_rerun_after_losing_outputs_gives_identical_files(demo, tmp_path):
