@@ -36,6 +36,12 @@ class DumpTask(PrepTask):
         description="multistream dumps: extract and split each part in slices of about this many MB of bz2, in "
                     "parallel (0: whole parts). The outputs are the same bytes either way")
 
+    def check_before_work(self) -> None:
+        """--wiki and --dump-date become folder names: anything but a wiki name and a YYYYMMDD date is
+        refused here, the first thing Luigi asks, before any path is made of them or anything fetched."""
+        super().check_before_work()
+        download.check_dump_id(self.wiki, self.dump_date)
+
     @property
     def download_dir(self) -> Path:
         return Path(self.data_dir) / "downloads" / self.wiki / self.dump_date
@@ -285,6 +291,7 @@ class PretrainDataset(PretrainTask):
         """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
         to be trained has no hash yet, but the parameters it is trained with are in the description.
         Checked here once, not per shard: Luigi asks this task first, and nothing runs when it refuses."""
+        super().check_before_work()  # the wiki and date first: the folder's path is made of them
         dataset.check_folder(self.dataset_dir, self.description(with_vocab=bool(self.vocab_file)))
 
     def requires(self):
