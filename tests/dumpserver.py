@@ -15,9 +15,14 @@ Faults, per URL path, each applying to the next `times` requests (None = every r
 - "stall", after=N, seconds=S: send N bytes, then wait S seconds before the rest.
 - "corrupt", at=OFFSET: flip the byte at file offset OFFSET (when the response covers it).
 - "html": answer 200 with an HTML error page (Content-Type text/html).
-- "status", code=503, headers={"Retry-After": "1"}: answer with that status and headers.
+- "status", code=503, headers={"Retry-After": "1"}, reason=None: answer with that status, headers
+  and reason phrase (the standard one by default).
 - "replace", data=BYTES: answer this request from the current file, but overwrite it first
   (its ETag changes) so that every later request sees the new bytes.
+- "redirect", location=URL, code=302: answer with that status and a Location header (and a
+  short body), as a mirror that moved files, or a hostile one, does.
+- "endless", byte=b"\0": answer 200, chunked, with that byte repeated until the client hangs up
+  (a body with no end, as a misconfigured server streaming a device would send).
 """
 
 from __future__ import annotations
@@ -79,25 +84,45 @@ class _Handler(BaseHTTPRequestHandler):
             with owner._lock:
                 owner.active -= 1
 
-    def _start(self, seen: Seen, code: int, headers: dict, length: int) -> None:
+    def _start(self, seen: Seen, code: int, headers: dict, length: int, reason: str | None = None) -> None:
         seen.status = code
-        self.send_response(code)
+        self.send_response(code, reason)
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(length))
         self.end_headers()
 
-    def _send(self, seen: Seen, code: int, body: bytes, headers: dict) -> None:
-        self._start(seen, code, headers, len(body))
+    def _send(self, seen: Seen, code: int, body: bytes, headers: dict, reason: str | None = None) -> None:
+        self._start(seen, code, headers, len(body), reason)
         self.wfile.write(body)
         seen.body_sent = len(body)
 
+    def _endless(self, seen: Seen, byte: bytes) -> None:
+        seen.status = 200
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        block = byte * (1 << 16)
+        self.close_connection = True
+        while True:  # until the client closes: BrokenPipeError / ConnectionResetError end it
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
+            seen.body_sent += len(block)
+
     def _serve(self, path: str, faults: list[Fault], seen: Seen) -> None:
         kinds = {f.kind: f for f in faults}
+        if "redirect" in kinds:
+            f = kinds["redirect"]
+            self._send(seen, f.params.get("code", 302), b"moved\n",
+                       {"Content-Type": "text/plain", "Location": f.params["location"]})
+            return
+        if "endless" in kinds:
+            self._endless(seen, kinds["endless"].params.get("byte", b"\0"))
+            return
         if "status" in kinds:
             f = kinds["status"]
             self._send(seen, f.params.get("code", 503), b"try again later\n",
-                       {"Content-Type": "text/plain", **f.params.get("headers", {})})
+                       {"Content-Type": "text/plain", **f.params.get("headers", {})}, f.params.get("reason"))
             return
         if "html" in kinds:
             self._send(seen, 200, HTML_PAGE, {"Content-Type": "text/html; charset=utf-8"})

@@ -178,10 +178,36 @@ def _bad_record_at(shard: str, at: int, payload: bytes) -> Callable[[Path], None
     return setup
 
 
+def _status(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    """Change the sample dump's dumpstatus.json on the dumps site (the first part's entry is `files[0]`)."""
+    def setup(root: Path) -> None:
+        path = root / "dumps-site" / DEMO_WIKI / DEMO_DATE / "dumpstatus.json"
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        change(doc)
+        path.write_text(json.dumps(doc), encoding="utf-8")
+    return setup
+
+
+def _first_file(doc: dict) -> dict:
+    files = doc["jobs"]["articlesdump"]["files"]
+    return files[sorted(files)[0]]
+
+
+def _replace_with_dev_zero(rel: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        (root / rel).unlink()
+        (root / rel).symlink_to("/dev/zero")
+    return setup
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
 CREATE = ("wikiprep", "create-pretraining-data", "--input_file={root}/corpus.txt", "--vocab_file={root}/vocab.txt")
+# Without --wiki and --dump-date, for the rows that vary them.
+DUMP_PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--vocab-file",
+                 "{root}/vocab.txt")
+DOWNLOAD = ("luigi", "DownloadDump", "--data-dir", "{root}/data", "--dump-url", "{site}")
 
 PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--wiki", "{wiki}",
             "--dump-date", "{date}")
@@ -242,6 +268,34 @@ CASES: list[Bad] = [
                                       "data/*/punkt_*.json", "data/*/split/*/*/*", "data/*/.receipts/*",
                                       "data/*/*/.receipts/*", "data/*/split/*/.receipts/*", "data/*/extracted/.receipts/*"),
         timeout=600),
+
+    # --- luigi: --wiki and --dump-date are folder names, refused unless plain, before anything is written
+    Bad("wiki-escapes-data-dir", DUMP_PRETRAIN + ("--wiki", "../../escape", "--dump-date", "{date}"), "--wiki '../../escape'"),
+    Bad("wiki-with-slash", DOWNLOAD + ("--wiki", "en/wiki", "--dump-date", "{date}"), "--wiki 'en/wiki'"),
+    Bad("wiki-hidden", DOWNLOAD + ("--wiki", ".enwiki", "--dump-date", "{date}"), "--wiki '.enwiki'"),
+    Bad("wiki-absolute", DUMP_PRETRAIN + ("--wiki", "{root}/elsewhere", "--dump-date", "{date}"), "--wiki '/"),
+    Bad("dump-date-escapes-data-dir", DUMP_PRETRAIN + ("--wiki", "{wiki}", "--dump-date", "../../x"), "--dump-date '../../x'"),
+    Bad("dump-date-not-a-day", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "20261301"), "--dump-date '20261301'"),
+
+    # --- luigi: dumpstatus.json of the wrong JSON types, or endless; refused before anything is written
+    Bad("status-jobs-is-a-list", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        "dumpstatus.json: jobs is an array, not an object", setup=_status(lambda d: d.update(jobs=[]))),
+    Bad("status-job-is-null", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        "dumpstatus.json: jobs.articlesdump is null, not an object",
+        setup=_status(lambda d: d["jobs"].update(articlesdump=None))),
+    Bad("status-files-is-a-list", DUMP_PRETRAIN + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        "dumpstatus.json: jobs.articlesdump.files is an array, not an object",
+        setup=_status(lambda d: d["jobs"]["articlesdump"].update(files=[]))),
+    Bad("status-size-is-a-string", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        ".size is the string '12', not a size in bytes", setup=_status(lambda d: _first_file(d).update(size="12"))),
+    Bad("status-sha1-is-a-list", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        ".sha1 is an array, not 40 hex digits", setup=_status(lambda d: _first_file(d).update(sha1=[]))),
+    Bad("status-is-dev-zero", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        f"{{site}}/{{wiki}}/{{date}}/dumpstatus.json is larger than 8 MiB",
+        setup=_replace_with_dev_zero(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/dumpstatus.json")),
+    Bad("sha1sums-is-dev-zero", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        f"{{site}}/{{wiki}}/{{date}}/{{wiki}}-{{date}}-sha1sums.txt is larger than 8 MiB",
+        setup=_replace_with_dev_zero(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/{DEMO_WIKI}-{DEMO_DATE}-sha1sums.txt")),
 
     # --- imagenet-prep
     Bad("imagenet-verify-manifest-is-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "not a manifest",

@@ -7,7 +7,9 @@ import email.utils
 import hashlib
 import json
 import random
+import re
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,16 @@ from dumpserver import DumpServer
 from wikiprep import __version__
 from shardkit.atomic import read_receipt, receipt_path
 from wikiprep.download import (
+    SMALL_FILE_CAP,
+    FileAdapter,
     Part,
+    check_dump_id,
     default_user_agent,
+    dump_parts,
     fetch_dump_status,
     fetch_part,
     list_parts,
+    make_session,
 )
 from shardkit.errors import PrepError
 
@@ -456,3 +463,239 @@ def test_forbidden_user_agent_is_explained(site):
         fetch_part(srv.url, WIKI, DATE, parts[SPLIT[1]], dest, **FAST)
     assert len(srv.log_for(url_path(SPLIT[1]))) == 1  # not retried
     assert_clean(dest, SPLIT[1], None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input from the server (#13): redirects, sizes, types, what error lines quote
+
+
+def _secret(tmp_path) -> Path:
+    """A local file no server may make part of a download or quote: its bytes are a valid part's."""
+    path = tmp_path / "secret" / "local.bz2"
+    path.parent.mkdir()
+    return path
+
+
+# (id, the path answered with a redirect, its Location given the server URL and a local file, what the error says)
+REDIRECTS = [
+    ("status-to-local-file", "dumpstatus.json", lambda srv, local: local.as_uri(), "file"),
+    ("status-to-etc-hostname", "dumpstatus.json", lambda srv, local: "file:///etc/hostname", "file"),
+    ("sums-to-dev-zero", f"{P}sha1sums.txt", lambda srv, local: "file:///dev/zero", "file"),
+    ("part-to-local-copy", BIG, lambda srv, local: local.as_uri(), "file"),
+    ("part-to-ftp", BIG, lambda srv, local: f"ftp://127.0.0.1/{BIG}", "ftp"),
+    ("part-to-data-url", BIG, lambda srv, local: "data:application/octet-stream;base64,QlpoOTFBWSZTWQ==", "data"),
+]
+
+
+@pytest.mark.parametrize("path, location, scheme", [r[1:] for r in REDIRECTS], ids=[r[0] for r in REDIRECTS])
+def test_redirect_out_of_http_is_refused(site, tmp_path, path, location, scheme):
+    srv, files, dest = site
+    local = _secret(tmp_path)
+    # The local file holds exactly the bytes dumpstatus.json announces for BIG: followed, it would verify.
+    local.write_bytes(files[BIG])
+    target = location(srv, local)
+    if path == BIG:
+        parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path(path), "redirect", times=None, location=target)
+    with pytest.raises(PrepError) as e:
+        if path == BIG:
+            fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
+        else:
+            fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+    message = str(e.value)
+    assert message == (f"{srv.url}{url_path(path)}: the server redirects to a {scheme}: URL ({target[:60]!r}"
+                       f"{'...' if len(target) > 60 else ''}); only redirects to http:// and https:// are followed")
+    assert [s.status for s in srv.log_for(url_path(path))] == [302]  # refused at once, not retried
+    if path == BIG:
+        assert_clean(dest, BIG, None)
+        assert not (dest / f"{BIG}.part").exists() or (dest / f"{BIG}.part").stat().st_size == 0
+    else:
+        assert not dest.exists(), "a refused status left files behind"
+
+
+def test_redirect_within_http_is_followed_and_resumed(site, tmp_path):
+    srv, files, dest = site
+    # A mirror that moved its files: every request of the old path is redirected, once relative,
+    # once absolute; a transfer broken on the new path resumes through the redirect with Range.
+    moved = tmp_path / "site" / "moved"
+    moved.mkdir()
+    for name in (BIG, "dumpstatus.json"):
+        (moved / name).write_bytes((tmp_path / "site" / WIKI / DATE / name).read_bytes())
+    srv.add_fault(url_path("dumpstatus.json"), "redirect", code=301, location="/moved/dumpstatus.json")
+    srv.add_fault(url_path(BIG), "redirect", times=None, code=307, location=f"{srv.url}/moved/{BIG}")
+    srv.add_fault(f"/moved/{BIG}", "drop", after=70_000)
+    parts = _status_and_parts(srv, dest)
+    fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
+    assert_clean(dest, BIG, files[BIG])
+    first, second = srv.log_for(f"/moved/{BIG}")
+    assert first.status == 200 and second.status == 206 and second.headers["Range"] == f"bytes={second.range_start}-"
+    assert read_receipt(dest / BIG)["url"] == f"{srv.url}{url_path(BIG)}"  # the URL asked, not where it led
+
+
+def test_redirect_loop_gives_up(site):
+    srv, files, dest = site
+    srv.add_fault(url_path("dumpstatus.json"), "redirect", times=None, location=url_path("dumpstatus.json"))
+    with pytest.raises(PrepError, match=rf"^{srv.url}{url_path('dumpstatus.json')}: more than 10 redirects$"):
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+    assert len(srv.log_for(url_path("dumpstatus.json"))) == 11
+    assert not dest.exists()
+
+
+def test_file_adapter_only_for_a_file_dump_url(tmp_path):
+    assert "file://" not in make_session().adapters
+    assert isinstance(make_session(local_files=True).adapters["file://"], FileAdapter)
+
+
+def _pad_status(path: Path, size: int) -> None:
+    """Rewrite a dumpstatus.json with trailing spaces to exactly `size` bytes: still valid JSON."""
+    data = path.read_bytes().rstrip()
+    path.write_bytes(data + b" " * (size - len(data)))
+
+
+def test_status_at_the_cap_is_read_one_byte_more_is_refused(tmp_path):
+    root = tmp_path / "site"
+    make_dump(root)
+    status = root / WIKI / DATE / "dumpstatus.json"
+    _pad_status(status, SMALL_FILE_CAP)
+    fetch_dump_status(root.as_uri(), WIKI, DATE, tmp_path / "dl")  # file://: read to its end
+    assert (tmp_path / "dl" / "dumpstatus.json").stat().st_size == SMALL_FILE_CAP
+    _pad_status(status, SMALL_FILE_CAP + 1)
+    with DumpServer(root) as srv:  # http: refused on its Content-Length, unread
+        with pytest.raises(PrepError) as e:
+            fetch_dump_status(srv.url, WIKI, DATE, tmp_path / "dl2", **FAST_STATUS)
+    assert str(e.value) == (f"{srv.url}{url_path('dumpstatus.json')} is larger than 8 MiB: "
+                            "not a dumps site's status or checksum file")
+    assert not (tmp_path / "dl2").exists()
+
+
+@pytest.mark.parametrize("name", ["dumpstatus.json", f"{P}md5sums.txt"])
+def test_endless_small_file_is_refused_with_bounded_memory(tmp_path, name):
+    """/dev/zero behind a file:// dump URL, and an endless chunked answer over http: refused after
+    the cap and one byte, with memory near the cap."""
+    root = tmp_path / "site"
+    make_dump(root)
+    target = root / WIKI / DATE / name
+    target.unlink()
+    target.symlink_to("/dev/zero")
+    tracemalloc.start()
+    try:
+        with pytest.raises(PrepError, match=rf"^{re.escape(target.as_uri())} is larger than 8 MiB"):
+            fetch_dump_status(root.as_uri(), WIKI, DATE, tmp_path / "dl")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * SMALL_FILE_CAP, f"peak {peak} bytes"
+    assert not (tmp_path / "dl").exists()
+    target.unlink()
+    target.write_text("{}")
+    with DumpServer(root) as srv:
+        srv.add_fault(url_path(name), "endless", times=None)
+        with pytest.raises(PrepError, match=rf"^{srv.url}{url_path(name)} is larger than 8 MiB"):
+            fetch_dump_status(srv.url, WIKI, DATE, tmp_path / "dl", **FAST_STATUS)
+    assert not (tmp_path / "dl").exists()
+
+
+def _set(doc: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        doc = doc[key]
+    doc[path[-1]] = value
+
+
+_F = ("jobs", "articlesdump", "files", BIG)
+# (id, where in dumpstatus.json, the wrong value, what the error line says of it)
+STATUS_TYPES = [
+    ("jobs-array", ("jobs",), [], "jobs is an array, not an object"),
+    ("jobs-null", ("jobs",), None, "jobs is null, not an object"),
+    ("job-array", ("jobs", "articlesdump"), [1, 2], "jobs.articlesdump is an array, not an object"),
+    ("job-string", ("jobs", "articlesdumprecombine"), "done", "jobs.articlesdumprecombine is the string 'done', not an object"),
+    ("multistream-job-number", ("jobs", "articlesmultistreamdump"), 7, "jobs.articlesmultistreamdump is the number 7, not an object"),
+    ("status-number", ("jobs", "articlesdump", "status"), 1, "jobs.articlesdump.status is the number 1, not a string"),
+    ("status-null", ("jobs", "articlesdump", "status"), None, "jobs.articlesdump.status is null, not a string"),
+    ("files-array", ("jobs", "articlesdump", "files"), [BIG], "jobs.articlesdump.files is an array, not an object"),
+    ("files-null", ("jobs", "articlesdump", "files"), None, "jobs.articlesdump.files is null, not an object"),
+    ("file-array", _F, [], f"jobs.articlesdump.files['{BIG}'] is an array, not an object"),
+    ("file-null", _F, None, f"jobs.articlesdump.files['{BIG}'] is null, not an object"),
+    ("size-string", _F + ("size",), "200", f"files['{BIG}'].size is the string '200', not a size in bytes"),
+    ("size-negative", _F + ("size",), -1, f"files['{BIG}'].size is the number -1, not a size in bytes"),
+    ("size-float", _F + ("size",), 1.5, f"files['{BIG}'].size is the number 1.5, not a size in bytes"),
+    ("size-bool", _F + ("size",), True, f"files['{BIG}'].size is true, not a size in bytes"),
+    ("size-object", _F + ("size",), {"bytes": 1}, f"files['{BIG}'].size is an object, not a size in bytes"),
+    ("url-number", _F + ("url",), 5, f"files['{BIG}'].url is the number 5, not a string"),
+    ("sha1-array", _F + ("sha1",), ["a"], f"files['{BIG}'].sha1 is an array, not 40 hex digits"),
+    ("sha1-not-hex", _F + ("sha1",), "z" * 40, f"files['{BIG}'].sha1 is the string '{'z' * 40}', not 40 hex digits"),
+    ("md5-sha1-length", _F + ("md5",), "0" * 40, f"files['{BIG}'].md5 is the string '{'0' * 40}', not 32 hex digits"),
+    ("name-too-long", ("jobs", "articlesdump", "files", P + "x" * 5000), {}, f"articlesdump in {{where}} lists '{P}xxx"),
+]
+
+
+@pytest.mark.parametrize("path, value, expect", [r[1:] for r in STATUS_TYPES], ids=[r[0] for r in STATUS_TYPES])
+def test_dumpstatus_of_the_wrong_types_is_one_line(site, tmp_path, path, value, expect):
+    srv, files, dest = site
+    status = tmp_path / "site" / WIKI / DATE / "dumpstatus.json"
+    doc = json.loads(status.read_text())
+    _set(doc, path, value)
+    status.write_text(json.dumps(doc))
+    url = f"{srv.url}{url_path('dumpstatus.json')}"
+    with pytest.raises(PrepError) as e:  # checked before anything is written
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+    assert expect.format(where=url) in str(e.value) and url in str(e.value)
+    assert len(str(e.value)) < 400
+    assert not dest.exists()
+    with pytest.raises(PrepError) as e:  # the same check on a parsed document
+        list_parts(doc, WIKI, DATE, multistream=True)
+    assert expect.format(where="dumpstatus.json") in str(e.value)
+
+
+@pytest.mark.parametrize("body, expect", [
+    (b"\xff\xfe" + b"0" * 100, "is not a text checksum file (starts b'\\xff\\xfe000"),
+    (("0" * 40 + "  " + BIG + "\n").encode(), "line 1 has 40 hex digits, not the 32 of md5"),
+    (b"\x1b]0;owned\x07" + b"A" * 100_000 + b"\n", "line 1 is not '<hex> <filename>': '\\x1b]0;owned\\x07AAA"),
+], ids=["not-utf8", "sha1-in-md5sums", "control-characters"])
+def test_bad_checksum_file_is_one_short_line(site, tmp_path, body, expect):
+    srv, files, dest = site
+    (tmp_path / "site" / WIKI / DATE / f"{P}md5sums.txt").write_bytes(body)
+    with pytest.raises(PrepError) as e:
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+    message = str(e.value)
+    assert message.startswith(f"{srv.url}{url_path(f'{P}md5sums.txt')}") and expect in message
+    assert message.isprintable() and len(message) < 300
+    assert not dest.exists()
+
+
+def test_error_lines_quote_a_server_only_by_a_short_escaped_excerpt(site, tmp_path):
+    srv, files, dest = site
+    hostile = "\x1b[2J" + "B" * 10_000
+    (tmp_path / "site" / WIKI / DATE / "dumpstatus.json").write_text(hostile)
+    with pytest.raises(PrepError) as e:
+        fetch_dump_status(srv.url, WIKI, DATE, dest, **FAST_STATUS)
+    assert "(starts b'\\x1b[2JBBB" in str(e.value) and str(e.value).isprintable() and len(str(e.value)) < 250
+    # A reason phrase with control characters, ten thousand long.
+    srv.add_fault(url_path("dumpstatus.json"), "status", times=None, code=503, reason="\x07" + "C" * 10_000)
+    with pytest.raises(PrepError) as e:
+        fetch_dump_status(srv.url, WIKI, DATE, dest, retries=1, **FAST_STATUS)
+    assert str(e.value).endswith("after 1 retries: HTTP 503 '\\x07" + "C" * 79 + "'...")
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize("wiki, date, expect", [
+    ("../../escape", DATE, "--wiki '../../escape': not a wiki database name"),
+    ("en/wiki", DATE, "--wiki 'en/wiki'"),
+    (".hidden", DATE, "--wiki '.hidden'"),
+    ("", DATE, "--wiki ''"),
+    ("enwiki\n", DATE, "--wiki 'enwiki\\n'"),
+    (WIKI, "../2024", "--dump-date '../2024': give the date of a dump as YYYYMMDD"),
+    (WIKI, "latest", "--dump-date 'latest'"),
+    (WIKI, "20241301", "--dump-date '20241301'"),
+    (WIKI, "２０２４０１０１", "--dump-date '２０２４０１０１'"),
+])
+def test_wiki_and_date_must_be_plain_names_before_anything_is_fetched(site, tmp_path, wiki, date, expect):
+    srv, files, dest = site
+    for call in (lambda: dump_parts(srv.url, wiki, date, dest / "x"),
+                 lambda: fetch_dump_status(srv.url, wiki, date, dest / "x", **FAST_STATUS),
+                 lambda: list_parts(dest / "x", wiki, date),
+                 lambda: fetch_part(srv.url, wiki, date, Part(BIG, "", 1, "0" * 40, None), dest / "x", **FAST)):
+        with pytest.raises(PrepError) as e:
+            call()
+        assert str(e.value).startswith(expect)
+    assert srv.log == [] and not dest.exists()
+    check_dump_id("zh_yuewiki", "20240229")  # a real wiki name, a leap day

@@ -2,6 +2,7 @@
 
 import bz2
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import PrepError
-from wikiprep.extract import (PartReader, clock_magic_words, extract_part, is_disambiguation)
-from wikiprep.samples import ARTICLES, write_sample_dump
+from wikiprep.extract import (MAX_PAGE_CHARS, PartReader, clock_magic_words, extract_part, is_disambiguation)
+from wikiprep.samples import ARTICLES, write_dump_status, write_sample_dump
 
+REPO = Path(__file__).resolve().parents[1]
 NS = "{http://www.mediawiki.org/xml/export-0.10/}"
 DATE = "20260101"
 
@@ -271,3 +273,159 @@ def test_reader_memory_stays_per_page(tmp_path):
         tracemalloc.stop()
     assert count == 2400 and reader.xml_bytes > 11_500_000
     assert peak < reader.xml_bytes / 4, f"peak {peak} bytes while streaming {reader.xml_bytes} bytes"
+
+
+# ----------------------------------------------------------------------------------------
+# Pages over MAX_PAGE_CHARS (#13, part 4)
+
+def _giant_page(body: str, title: str = "Giant", page_id: int = 999_999) -> str:
+    return (f"  <page>\n    <title>{title}</title>\n    <ns>0</ns>\n    <id>{page_id}</id>\n    <revision>\n"
+            f"      <id>1</id>\n      <text bytes=\"{len(body)}\" xml:space=\"preserve\">{body}</text>\n"
+            "    </revision>\n  </page>\n")
+
+
+def _with_page(part: Path, page: str, where: int = 1) -> bytes:
+    """The part's XML with `page` put before its `where`-th page, bz2-compressed."""
+    xml = bz2.decompress(part.read_bytes()).decode("utf-8")
+    chunks = xml.split("  <page>")
+    chunks[where] = page[len("  <page>"):] + "  <page>" + chunks[where]
+    return bz2.compress("  <page>".join(chunks).encode("utf-8"))
+
+
+@pytest.mark.parametrize("body", [
+    "x" * 8_000_000,                                                     # one line of 8 MB
+    ("'''Giant''' is a page of many lines. [[Link]] {{cite}}\n") * 150_000,  # 8 MB in short lines
+], ids=["one-line", "many-lines"])
+def test_page_over_the_limit_is_skipped_and_counted(sample, tmp_path, body):
+    parts, outs, stats = sample
+    data = _with_page(parts[0], _giant_page(body))
+    assert len(data) - parts[0].stat().st_size < 20_000, "a few KB of bz2 that expand to an 8 MB page"
+    part = tmp_path / parts[0].name
+    part.write_bytes(data)
+    st = extract_part(part, tmp_path / "out.jsonl", DATE)
+    assert (tmp_path / "out.jsonl").read_bytes() == outs[0].read_bytes()  # every other page as before
+    assert st["dropped"] == {**stats[0]["dropped"], "too_large": 1}
+    assert st["pages"] == stats[0]["pages"] + 1 and st["articles"] == stats[0]["articles"]
+    # Normal dumps have no "too_large" key at all: their stats (and the dataset's stats.json) are unchanged.
+    assert "too_large" not in stats[0]["dropped"]
+
+
+def test_page_limit_is_a_parameter(sample, tmp_path):
+    parts, outs, stats = sample
+    recs = records(outs[0])
+    sizes = sorted(len(p.findtext(f"{NS}revision/{NS}text") or "") for p in xml_pages(parts[0]))
+    limit = sizes[-1] - 1  # below the largest page's wikitext alone
+    st = extract_part(parts[0], tmp_path / "out.jsonl", DATE, max_page_chars=limit)
+    assert st["dropped"]["too_large"] == 1
+    assert st["pages"] == stats[0]["pages"]
+    kept = records(tmp_path / "out.jsonl")
+    assert len(kept) in (len(recs), len(recs) - 1) and all(r in recs for r in kept)
+
+
+def test_page_over_the_limit_costs_bounded_memory(sample, tmp_path, caplog):
+    """A 64 MB page (of a 50 KB part) is read with a peak near MAX_PAGE_CHARS, not near the page."""
+    parts = sample[0]
+    part = tmp_path / "bomb.xml.bz2"
+    title = "T" * 1000 + "\u202e"  # long, and with a bidi override, for the log line
+    part.write_bytes(_with_page(parts[0], _giant_page("y" * (64 << 20), title=title)))
+    reader = PartReader(part)
+    tracemalloc.start()
+    try:
+        pages = [p for p in reader]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert reader.xml_bytes > 64 << 20
+    assert peak < 2 * MAX_PAGE_CHARS, f"peak {peak} bytes for a page of 64 MiB"
+    (giant,) = [p for p in pages if p.too_large]
+    assert giant.id == 999_999 and giant.text == "" and giant.title.startswith("TTT")
+    with caplog.at_level("WARNING", logger="wikiprep.extract"):
+        extract_part(part, tmp_path / "out.jsonl", DATE)
+    (line,) = [r.getMessage() for r in caplog.records if "too_large" in r.getMessage()]
+    assert line.startswith("dump part bomb.xml.bz2: page 999999 'TTT") and "\u202e" not in line and len(line) < 200
+
+
+def test_a_part_whose_articles_are_all_too_large_yields_none(sample, tmp_path, out_dir):
+    xml = bz2.decompress(sample[0][0].read_bytes()).decode()
+    head = xml.split("  <page>", 1)[0]
+    bad = tmp_path / "only-giant.xml.bz2"
+    bad.write_bytes(bz2.compress((head + _giant_page("z" * 5_000_000) + "</mediawiki>\n").encode()))
+    with pytest.raises(PrepError, match=r"only-giant\.xml\.bz2 yields no articles \(1 pages; dropped: too_large 1\)"):
+        extract_part(bad, out_dir / "x.jsonl", DATE)
+    assert_nothing_written(out_dir)
+
+
+@pytest.mark.parametrize("token", [
+    '<page note="{}">',       # an attribute
+    "<!--{}-->",              # a comment
+    "<?pi {}?>",              # a processing instruction
+], ids=["attribute", "comment", "processing-instruction"])
+def test_a_giant_xml_token_fails_the_part_with_bounded_memory(sample, tmp_path, out_dir, token):
+    """What the parser must hold whole (no page text arrives in pieces) fails the part past the limit."""
+    xml = bz2.decompress(sample[0][0].read_bytes()).decode()
+    head, rest = xml.split("  <page>", 1)
+    giant = token.format("a" * (24 << 20))
+    if giant.startswith("<page"):
+        giant += "<title>x</title><ns>0</ns><id>1</id></page>"
+    bad = tmp_path / "token.xml.bz2"
+    bad.write_bytes(bz2.compress((head + giant + "  <page>" + rest).encode()))
+    tracemalloc.start()
+    try:
+        with pytest.raises(PrepError, match=r"^dump part token\.xml\.bz2 holds an XML tag, attribute or comment of "
+                                            r"more than 4194304 bytes \(after \d+ bytes of XML\): damaged, or not a dump$"):
+            extract_part(bad, out_dir / "x.jsonl", DATE)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_PAGE_CHARS, f"peak {peak} bytes"
+    assert_nothing_written(out_dir)
+
+
+def test_a_skipped_page_is_in_the_datasets_stats(tmp_path):
+    """Through the luigi command line: a dump with an 8 MB page builds its dataset, and stats.json's
+    dropped_documents counts the page as too_large."""
+    folder = write_sample_dump(tmp_path / "site", date=DATE)
+    names = sorted(p.name for p in folder.glob("*.bz2"))
+    (folder / names[1]).write_bytes(_with_page(folder / names[1], _giant_page("w" * 8_000_000), where=3))
+    write_dump_status(folder, "enwiki", DATE, "articlesdump", "2026-01-02 07:41:12", names)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "in", "."]) + "\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), LUIGI_CONFIG_PATH=str(REPO / "luigi.cfg"))
+    r = subprocess.run([sys.executable, "-m", "luigi", "--module", "workflows", "Pretrain128", "--data-dir",
+                        str(tmp_path / "data"), "--dump-url", folder.parents[1].as_uri(), "--dump-date", DATE,
+                        "--num-shards", "2", "--vocab-file", str(vocab), "--local-scheduler", "--workers", "2"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = json.loads((tmp_path / "data" / f"enwiki-{DATE}" / "seq128_mask20_dup5" / "stats.json").read_text())
+    assert stats["dropped_documents"]["too_large"] == 1
+    assert stats["dropped_documents"]["redirect"] == 5  # the sample's own drops, counted as before
+    assert "is larger than 4194304 characters: skipped (too_large)" in r.stderr
+
+
+def test_what_is_not_a_page_is_bounded_too(sample, tmp_path, out_dir):
+    """24 MB of text directly inside <mediawiki>, and 50,000 elements that are not pages, cost no memory
+    and change no output; a <siteinfo> over the limit fails the part."""
+    parts, outs, stats = sample
+    xml = bz2.decompress(parts[0].read_bytes()).decode()
+    head, rest = xml.split("  <page>", 1)
+    junk = "v" * (24 << 20) + "<logitem><id>1</id></logitem>\n" * 50_000
+    part = tmp_path / "junk.xml.bz2"
+    part.write_bytes(bz2.compress((head + junk + "  <page>" + rest).encode()))
+    tracemalloc.start()
+    try:
+        st = extract_part(part, tmp_path / "out.jsonl", DATE)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MAX_PAGE_CHARS, f"peak {peak} bytes"
+    assert (tmp_path / "out.jsonl").read_bytes() == outs[0].read_bytes()
+    same = ("pages", "articles", "dropped")
+    assert {k: st[k] for k in same} == {k: stats[0][k] for k in same}
+
+    big_siteinfo = tmp_path / "siteinfo.xml.bz2"
+    big_siteinfo.write_bytes(bz2.compress(head.replace("</siteinfo>", "<x>" + "s" * (5 << 20) + "</x></siteinfo>")
+                                          .encode() + b"  <page>" + rest.encode()))
+    with pytest.raises(PrepError, match=r"^dump part siteinfo\.xml\.bz2: its <siteinfo> is larger than 4194304 "
+                                        r"characters: damaged, or not a dump$"):
+        extract_part(big_siteinfo, out_dir / "x.jsonl", DATE)
+    assert_nothing_written(out_dir)

@@ -20,6 +20,24 @@ The three steps, each usable on its own (the Luigi tasks in ``workflows/`` call 
    file into place and commits its receipt (``shardkit.atomic``). A file with a valid receipt
    is not fetched again.
 
+What a server sends is not trusted:
+
+- ``--wiki`` and ``--dump-date`` become folder names, so ``check_dump_id`` admits only a wiki
+  database name (letters, digits, ``_``) and a ``YYYYMMDD`` date, before anything is fetched
+  or written.
+- Redirects are followed here (``_get``), not by ``requests``: at most ``MAX_REDIRECTS``, each
+  to an ``http://`` or ``https://`` URL; one to any other scheme is refused, naming it. The
+  ``file://`` adapter is mounted only on the session of a ``file://`` dump URL, so no server
+  can make a local file part of a download.
+- ``dumpstatus.json`` and the checksum files are read with a cap, ``SMALL_FILE_CAP`` (8 MiB, far
+  above any real one: they hold one entry or line of a few hundred bytes per file of the dump),
+  never more than the cap and one byte, ``file://`` included.
+- ``parse_status`` and ``parse_sums`` are the one place their content is checked: every value
+  this module reads must have its JSON type and form, or one PrepError names the file and the
+  value.
+- An error line quotes what a server sent only as a short escaped excerpt
+  (``shardkit.errors.excerpt``).
+
 User-Agent. Wikimedia blocks requests without a descriptive User-Agent (a bare library name
 such as ``python-requests`` is "generic"), and its servers allow 3 connections per (IP,
 User-Agent); the Luigi tasks use at most 2. Every request sends::
@@ -39,6 +57,7 @@ transfer resumes, the bytes already on disk are hashed first.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import email.utils
 import hashlib
 import io
@@ -57,10 +76,11 @@ from typing import Callable
 import requests
 import requests.adapters
 import requests.structures
+import urllib3
 
 from wikiprep import __version__
 from shardkit.atomic import fsync_dir, read_receipt, receipt_path, write_bytes, write_json, write_receipt
-from shardkit.errors import PrepError
+from shardkit.errors import PrepError, excerpt
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +97,19 @@ SIDECAR_SUFFIX = ".part.json"  # the validator (ETag / Last-Modified) that If-Ra
 ARTICLES_JOBS = ("articlesdump", "articlesdumprecombine")
 MULTISTREAM_JOBS = ("articlesmultistreamdump", "articlesmultistreamdumprecombine")
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# dumpstatus.json and the checksum files hold one entry or line per file of the dump, a few hundred
+# bytes each: this cap is far above any real one, and a body past it is refused, unread.
+SMALL_FILE_CAP = 8 << 20
+MAX_REDIRECTS = 10  # mirrors redirect once or twice; requests' own default is 30
+REDIRECT_SCHEMES = ("http", "https")
+
+# Wiki database names (enwiki, zh_yuewiki, be_x_oldwiki): they become folder names.
+_WIKI_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
+# A part's name becomes a file name, with suffixes (.part.json, .tmp-<host>-<pid>): kept well
+# under the 255 bytes a file name may have.
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _SUMS_LINE = re.compile(r"^([0-9a-fA-F]{32}|[0-9a-fA-F]{40})\s+\*?(\S+)$")
+HEX_DIGITS = {"sha1": 40, "md5": 32}
 _CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
 
 Progress = Callable[[int, int], None]
@@ -112,8 +143,33 @@ def normalise_dump_url(dump_url: str) -> str:
     raise PrepError(f"dump URL must start with http://, https:// or file://: {dump_url!r}")
 
 
+def check_dump_id(wiki: str, date: str) -> None:
+    """Refuse a wiki that is not a wiki database name, or a date that is not a YYYYMMDD date.
+
+    Both become folder names under the data and download folders and parts of URLs, so
+    anything else ('../..', '/abs', '.x', '') could write or read outside them. PrepError
+    naming the flag and the value.
+    """
+    if not isinstance(wiki, str) or not _WIKI_NAME.fullmatch(wiki):
+        raise PrepError(f"--wiki {excerpt(wiki)}: not a wiki database name (letters, digits and '_', "
+                        "like enwiki, dewiki or zh_yuewiki)")
+    valid = isinstance(date, str) and len(date) == 8 and date.isascii() and date.isdigit()
+    if valid:
+        try:
+            dt.datetime.strptime(date, "%Y%m%d")
+        except ValueError:
+            valid = False
+    if not valid:
+        raise PrepError(f"--dump-date {excerpt(date)}: give the date of a dump as YYYYMMDD (never 'latest')")
+
+
 def dump_file_url(dump_url: str, wiki: str, date: str, name: str) -> str:
     return f"{normalise_dump_url(dump_url)}/{wiki}/{date}/{urllib.parse.quote(name)}"
+
+
+def is_local(dump_url: str) -> bool:
+    """Is this a file:// dump URL (or a plain folder)? Only then are local files read."""
+    return normalise_dump_url(dump_url).lower().startswith("file:")
 
 
 class FileAdapter(requests.adapters.BaseAdapter):
@@ -175,14 +231,85 @@ class FileAdapter(requests.adapters.BaseAdapter):
         pass
 
 
-def make_session(user_agent: str | None = None) -> requests.Session:
-    """A requests session with the project's User-Agent and file:// support."""
+def make_session(user_agent: str | None = None, *, local_files: bool = False) -> requests.Session:
+    """A requests session with the project's User-Agent; file:// support only with `local_files`.
+
+    `local_files` is for a file:// dump URL alone: on the session of an http(s) one, no answer of
+    a server can lead to a local file.
+    """
     s = requests.Session()
     s.headers["User-Agent"] = user_agent or default_user_agent()
     # Ranges and hashes are over the stored bytes: never let a transfer encoding change them.
     s.headers["Accept-Encoding"] = "identity"
-    s.mount("file://", FileAdapter())
+    if local_files:
+        s.mount("file://", FileAdapter())
     return s
+
+
+def _said(text: str | None, limit: int = 80) -> str:
+    """A server's short text (a reason phrase, a header) for an error line: as it is when short and
+    printable, else its escaped excerpt. Also a transport exception's message (limit 300), which is
+    mostly our own words (host, port, the cause) but may carry a few bytes the server sent."""
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit and text.isprintable() else excerpt(text, limit)
+
+
+def _get(session: requests.Session, url: str, *, timeout: float, headers: dict | None = None) -> requests.Response:
+    """GET `url` streamed, following at most MAX_REDIRECTS redirects, each to an http(s) URL.
+
+    requests would follow a Location to any scheme the session has an adapter for, and read each
+    redirect's body whole; here a redirect elsewhere than http:// or https:// is a PrepError
+    naming `url` and the scheme, and a redirect's body is never read. The caller closes the answer.
+    """
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        resp = session.get(current, headers=headers, stream=True, timeout=timeout, allow_redirects=False)
+        if not resp.is_redirect:
+            return resp
+        location = resp.headers["Location"]
+        resp.close()
+        target = urllib.parse.urljoin(current, location)
+        scheme = urllib.parse.urlsplit(target).scheme.lower()
+        if scheme not in REDIRECT_SCHEMES:
+            raise PrepError(f"{url}: the server redirects to a {_said(scheme or 'relative', 20)}: URL "
+                            f"({excerpt(location)}); only redirects to http:// and https:// are followed")
+        current = requests.utils.requote_uri(target)
+    raise PrepError(f"{url}: more than {MAX_REDIRECTS} redirects")
+
+
+def _read_small(resp: requests.Response, url: str, cap: int = SMALL_FILE_CAP) -> bytes:
+    """The body of `resp`, when it has at most `cap` bytes; never reads more than cap + 1 bytes.
+
+    Read from the raw stream, each read asking for no more than what is left to the cap's next
+    byte (requests' iter_content reads in fixed blocks, and dropping its iterator to change the
+    block size closes a chunked transfer). A broken transfer is a requests.ConnectionError, retried
+    like any other.
+    """
+    length = resp.headers.get("Content-Length", "")
+    too_big = length.isdigit() and int(length) > cap
+    # urllib3 answers (http, https) undo a content encoding when asked; the file:// adapter's is a file.
+    decode = {"decode_content": True} if isinstance(resp.raw, urllib3.response.BaseHTTPResponse) else {}
+    body = bytearray()
+    try:
+        while not too_big and len(body) <= cap:
+            block = resp.raw.read(min(1 << 16, cap + 1 - len(body)), **decode)
+            if not block:
+                break
+            body += block
+    except urllib3.exceptions.HTTPError as e:
+        raise requests.ConnectionError(e) from None
+    if too_big or len(body) > cap:
+        raise PrepError(f"{url} is larger than {cap >> 20} MiB: not a dumps site's status or checksum file")
+    return bytes(body)
+
+
+def _read_local_small(path: Path, cap: int = SMALL_FILE_CAP) -> bytes:
+    """A local copy of a small file, read the same way: never more than cap + 1 bytes."""
+    with open(path, "rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise PrepError(f"{path} is larger than {cap >> 20} MiB: not a dumps site's status or checksum file")
+    return data
 
 
 def _retry_after(resp: requests.Response) -> float | None:
@@ -221,19 +348,19 @@ def _is_html(resp: requests.Response) -> bool:
 
 
 def _get_small(session, url, *, retries, timeout, backoff) -> tuple[int, bytes]:
-    """GET a small file with retries; returns (status, body) for 200 and for final 4xx answers."""
+    """GET a small file with retries; returns (status, body) for 200 (a body of at most
+    SMALL_FILE_CAP bytes) and (status, b"") for final 4xx answers, whose bodies are not read."""
     last = ""
     for attempt in range(retries + 1):
+        retry_after = None
         try:
-            resp = session.get(url, timeout=timeout)
+            with _get(session, url, timeout=timeout) as resp:
+                if not _is_retryable(resp.status_code):
+                    return resp.status_code, _read_small(resp, url) if resp.status_code == 200 else b""
+                last = f"HTTP {resp.status_code} {_said(resp.reason)}"
+                retry_after = _retry_after(resp)
         except requests.RequestException as e:
-            last = f"{type(e).__name__}: {e}"
-            retry_after = None
-        else:
-            if not _is_retryable(resp.status_code):
-                return resp.status_code, resp.content
-            last = f"HTTP {resp.status_code} {resp.reason}"
-            retry_after = _retry_after(resp)
+            last = f"{type(e).__name__}: {_said(e, 300)}"
         if attempt < retries:
             log.info("%s: %s; retrying", url, last)
             backoff.sleep(retry_after)
@@ -248,17 +375,123 @@ def _sums_names(wiki: str, date: str) -> dict[str, str]:
     return {h: f"{wiki}-{date}-{h}sums.txt" for h in HASH_TYPES}
 
 
-def parse_sums(text: str, source: str) -> dict[str, str]:
-    """`<hex>  <filename>` lines -> {filename: hex}; anything else is a PrepError naming `source`."""
+def _what(value) -> str:
+    """A JSON value as an error line names it: its type, and a short excerpt of a scalar."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"the number {excerpt(value)}"
+    if isinstance(value, str):
+        return f"the string {excerpt(value)}"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _field(obj: dict, key: str) -> str:
+    return _what(obj[key]) if key in obj else "missing"
+
+
+def parse_sums(text: str | bytes, source: str, htype: str | None = None) -> dict[str, str]:
+    """`<hex>  <filename>` lines -> {filename: hex}; anything else is a PrepError naming `source`.
+
+    Bytes are decoded as UTF-8. With `htype` ("sha1", "md5") every hash must have that hash's length.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PrepError(f"{source} is not a text checksum file (starts {excerpt(text, 40)})") from None
     sums = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         m = _SUMS_LINE.match(line.strip())
         if not m:
-            raise PrepError(f"{source}: line {n} is not '<hex>  <filename>': {line[:80]!r}")
+            raise PrepError(f"{source}: line {n} is not '<hex>  <filename>': {excerpt(line)}")
+        if htype is not None and len(m.group(1)) != HEX_DIGITS[htype]:
+            raise PrepError(f"{source}: line {n} has {len(m.group(1))} hex digits, not the {HEX_DIGITS[htype]} of {htype}")
         sums[m.group(2)] = m.group(1).lower()
     return sums
+
+
+@dataclass(frozen=True)
+class Job:
+    """One articles job of dumpstatus.json: its status, and its files (without `.inprog` ones), each
+    as {"size": bytes or None, "sha1": hex or None, "md5": hex or None}."""
+
+    status: str
+    files: dict[str, dict]
+
+
+@dataclass(frozen=True)
+class DumpStatus:
+    """What this module reads of a dumpstatus.json: the articles jobs it has, checked, and the names of all its jobs."""
+
+    jobs: dict[str, Job]
+    job_names: tuple[str, ...]
+
+
+def _file_entry(value, at: str, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise PrepError(f"{where}: {at} is {_what(value)}, not an object")
+    size = value.get("size")
+    if size is not None and (type(size) is not int or size < 0):
+        raise PrepError(f"{where}: {at}.size is {_what(size)}, not a size in bytes")
+    if value.get("url") is not None and not isinstance(value["url"], str):
+        raise PrepError(f"{where}: {at}.url is {_what(value['url'])}, not a string")
+    entry = {"size": size}
+    for h in HASH_TYPES:
+        digest = value.get(h)
+        if digest in (None, ""):
+            digest = None
+        elif not (isinstance(digest, str) and re.fullmatch(rf"[0-9a-fA-F]{{{HEX_DIGITS[h]}}}", digest)):
+            raise PrepError(f"{where}: {at}.{h} is {_what(digest)}, not {HEX_DIGITS[h]} hex digits")
+        entry[h] = digest.lower() if digest else None
+    return entry
+
+
+def parse_status(data: bytes | dict, where: str, wiki: str, date: str) -> DumpStatus:
+    """dumpstatus.json (its bytes, or the parsed document) checked: the one place its content is.
+
+    Every value list_parts reads, in the articles and multistream jobs present, must have its
+    JSON type and form: `jobs` and each job an object, `status` a string, `files` an object
+    (absent: none yet) of plain file names of `wiki` `date`, each an object whose `size` is a
+    byte count, `url` a string, `sha1` / `md5` hex digests of their length (each may be absent
+    or null). Other jobs are not read, so not judged. PrepError naming `where` and the value.
+    """
+    doc = data
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            doc = json.loads(bytes(data).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise PrepError(f"{where} is not JSON (starts {excerpt(bytes(data), 40)}): not a dumps site?") from None
+    if not isinstance(doc, dict) or "jobs" not in doc:
+        raise PrepError(f"{where} has no 'jobs' object: not a dumpstatus.json")
+    jobs_doc = doc["jobs"]
+    if not isinstance(jobs_doc, dict):
+        raise PrepError(f"{where}: jobs is {_what(jobs_doc)}, not an object")
+    jobs = {}
+    for job in ARTICLES_JOBS + MULTISTREAM_JOBS:
+        if job not in jobs_doc:
+            continue
+        info = jobs_doc[job]
+        if not isinstance(info, dict):
+            raise PrepError(f"{where}: jobs.{job} is {_what(info)}, not an object")
+        if not isinstance(info.get("status"), str):
+            raise PrepError(f"{where}: jobs.{job}.status is {_field(info, 'status')}, not a string")
+        files_doc = info.get("files", {})
+        if not isinstance(files_doc, dict):
+            raise PrepError(f"{where}: jobs.{job}.files is {_what(files_doc)}, not an object")
+        files = {}
+        for name, value in files_doc.items():
+            if name.endswith(".inprog"):  # being written by a job still running
+                continue
+            if not _SAFE_NAME.match(name) or not name.startswith(f"{wiki}-{date}-"):
+                raise PrepError(f"{job} in {where} lists {excerpt(name)}, not a file of {wiki} {date}")
+            files[name] = _file_entry(value, f"jobs.{job}.files[{name!r}]", where)
+        jobs[job] = Job(status=info["status"], files=files)
+    return DumpStatus(jobs=jobs, job_names=tuple(sorted(jobs_doc)))
 
 
 def fetch_dump_status(
@@ -275,38 +508,32 @@ def fetch_dump_status(
 ) -> Path:
     """Fetch dumpstatus.json (and the sha1sums/md5sums files when published) into dest_dir; return its path.
 
-    Each file is committed atomically with a receipt naming its URL. Checksum files the
-    server does not have are removed locally, so the folder always mirrors one fetch.
+    Each file is checked (`parse_status`, `parse_sums`) before anything is written, then
+    committed atomically with a receipt naming its URL. Checksum files the server does not have
+    are removed locally, so the folder always mirrors one fetch.
     """
+    check_dump_id(wiki, date)
     dest_dir = Path(dest_dir)
-    dest_dir.mkdir(parents=True, exist_ok=True)
     backoff = _Backoff(backoff_base, max_wait)
     url = dump_file_url(dump_url, wiki, date, STATUS_FILE)
-    with make_session(user_agent) as s:
+    with make_session(user_agent, local_files=is_local(dump_url)) as s:
         status, body = _get_small(s, url, retries=retries, timeout=timeout, backoff=backoff)
         if status == 404:
             raise PrepError(f"no dump for {wiki} {date} at {url}: 404")
         if status != 200:
             raise PrepError(f"cannot fetch the status of {wiki} {date} from {url}: HTTP {status}")
-        try:
-            doc = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise PrepError(f"{url} is not JSON (starts {body[:40]!r}): not a dumps site?") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), dict):
-            raise PrepError(f"{url} has no 'jobs' object: not a dumpstatus.json")
+        parse_status(body, url, wiki, date)
         sums = {}
-        for name in _sums_names(wiki, date).values():
+        for htype, name in _sums_names(wiki, date).items():
             surl = dump_file_url(dump_url, wiki, date, name)
             sstatus, sbody = _get_small(s, surl, retries=retries, timeout=timeout, backoff=backoff)
             if sstatus == 404:
                 continue
             if sstatus != 200:
                 raise PrepError(f"cannot fetch {surl}: HTTP {sstatus}")
-            try:
-                parse_sums(sbody.decode("utf-8"), surl)
-            except UnicodeDecodeError:
-                raise PrepError(f"{surl} is not a text checksum file") from None
+            parse_sums(sbody, surl, htype)
             sums[name] = (surl, sbody)
+    dest_dir.mkdir(parents=True, exist_ok=True)
     for name in _sums_names(wiki, date).values():
         path = dest_dir / name
         if name in sums:
@@ -352,10 +579,11 @@ def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: 
     `multistream=True` the multistream job's files, including its index files. The job must
     be `done`. Hashes come from dumpstatus.json, else the sha1sums/md5sums file.
     """
+    check_dump_id(wiki, date)
     sums_dir = None
     where = "dumpstatus.json"
     if isinstance(source, dict):
-        doc = source
+        status = parse_status(source, where, wiki, date)
     else:
         path = Path(source)
         if path.is_dir():
@@ -363,34 +591,29 @@ def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: 
         sums_dir = path.parent
         where = str(path)
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            data = _read_local_small(path)
         except FileNotFoundError:
             raise PrepError(f"no {STATUS_FILE} at {path}: fetch the dump status first") from None
-        except (UnicodeDecodeError, ValueError):
-            raise PrepError(f"{path} is not valid JSON") from None
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, dict):
-        raise PrepError(f"{where} has no 'jobs' object: not a dumpstatus.json")
+        except OSError as e:
+            raise PrepError(f"cannot read {path}: {e.strerror}") from None
+        status = parse_status(data, where, wiki, date)
 
     candidates = MULTISTREAM_JOBS if multistream else ARTICLES_JOBS
     chosen = None
     for job in candidates:
-        info = jobs.get(job)
+        info = status.jobs.get(job)
         if info is None:
             continue
-        status = info.get("status")
-        if status != "done":
+        if info.status != "done":
             raise PrepError(
-                f"{job} is {status!r} in {wiki} {date}: the dump is not finished; pick an earlier date"
+                f"{job} is {excerpt(info.status)} in {wiki} {date}: the dump is not finished; pick an earlier date"
             )
-        files = {n: f for n, f in (info.get("files") or {}).items() if not n.endswith(".inprog")}
-        if files:
-            chosen = (job, files)
+        if info.files:
+            chosen = (job, info.files)
             break
     if chosen is None:
-        raise PrepError(
-            f"no files for {' or '.join(candidates)} in {where} of {wiki} {date} (jobs: {', '.join(sorted(jobs)) or 'none'})"
-        )
+        jobs = excerpt(", ".join(status.job_names), 80) if status.job_names else "none"
+        raise PrepError(f"no files for {' or '.join(candidates)} in {where} of {wiki} {date} (jobs: {jobs})")
     job, files = chosen
 
     sums: dict[str, dict[str, str]] = {}
@@ -398,23 +621,18 @@ def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: 
         for htype, name in _sums_names(wiki, date).items():
             p = sums_dir / name
             if p.is_file():
-                sums[htype] = parse_sums(p.read_text(encoding="utf-8"), str(p))
+                sums[htype] = parse_sums(_read_local_small(p), str(p), htype)
 
     parts = []
     for name in sorted(files, key=_natural_key):
-        if not _SAFE_NAME.match(name) or not name.startswith(f"{wiki}-{date}-"):
-            raise PrepError(f"{job} in {where} lists {name!r}, not a file of {wiki} {date}")
-        entry = files[name] if isinstance(files[name], dict) else {}
-        size = entry.get("size")
-        if size is not None and (not isinstance(size, int) or size < 0):
-            raise PrepError(f"{where}: bad size {size!r} for {name}")
-        hashes = {h: (entry.get(h) or sums.get(h, {}).get(name)) for h in HASH_TYPES}
-        hashes = {h: v.lower() if isinstance(v, str) else None for h, v in hashes.items()}
+        entry = files[name]
+        hashes = {h: entry[h] or sums.get(h, {}).get(name) for h in HASH_TYPES}
         if not any(hashes.values()):
             raise PrepError(
                 f"no sha1 or md5 for {name}: not in {where} nor in {wiki}-{date}-sha1sums.txt / -md5sums.txt"
             )
-        parts.append(Part(name=name, url=f"{wiki}/{date}/{name}", size=size, sha1=hashes["sha1"], md5=hashes["md5"]))
+        parts.append(Part(name=name, url=f"{wiki}/{date}/{name}", size=entry["size"], sha1=hashes["sha1"],
+                          md5=hashes["md5"]))
     return parts
 
 
@@ -423,10 +641,10 @@ def dump_parts(dump_url: str, wiki: str, date: str, download_dir: Path, *, multi
 
     The status is fetched when there is no copy yet, so a run reads one pinned copy. When the
     copy gives no parts (it may date from before the dump finished), the status is fetched once
-    more and that answer decides. PrepError for a date that is not YYYYMMDD (never "latest").
+    more and that answer decides. PrepError for a wiki that is not a database name or a date
+    that is not YYYYMMDD (never "latest"), before anything is fetched (`check_dump_id`).
     """
-    if not (len(date) == 8 and date.isdigit()):
-        raise PrepError(f"--dump-date {date!r}: give the date of a dump as YYYYMMDD (never 'latest')")
+    check_dump_id(wiki, date)
     download_dir = Path(download_dir)
     if not (download_dir / STATUS_FILE).exists():
         fetch_dump_status(dump_url, wiki, date, download_dir)
@@ -578,7 +796,7 @@ def _transfer(session, url: str, part: Part, partfile: Path, sidecar: Path, *, r
         progressed = False
         retry_after = None
         try:
-            with session.get(url, headers=headers, stream=True, timeout=timeout) as resp:
+            with _get(session, url, headers=headers, timeout=timeout) as resp:
                 code = resp.status_code
                 if code == 404:
                     raise PrepError(f"missing part {part.name}: {url}: 404")
@@ -588,20 +806,22 @@ def _transfer(session, url: str, part: Part, partfile: Path, sidecar: Path, *, r
                     raise _Transient(f"HTTP 416 for bytes={have0}-")
                 if _is_retryable(code):
                     retry_after = _retry_after(resp)
-                    raise _Transient(f"HTTP {code} {resp.reason}")
+                    raise _Transient(f"HTTP {code} {_said(resp.reason)}")
                 if code == 403:
                     raise PrepError(
                         f"{url}: 403 Forbidden for {part.name} (a blocked User-Agent? set {CONTACT_ENV})"
                     )
                 if code not in (200, 206):
-                    raise PrepError(f"{url}: HTTP {code} {resp.reason} for {part.name}")
+                    raise PrepError(f"{url}: HTTP {code} {_said(resp.reason)} for {part.name}")
                 if _is_html(resp):
-                    raise _Mismatch(f"{url} served an HTML page (Content-Type {resp.headers.get('Content-Type')}) instead of {part.name}")
+                    raise _Mismatch(f"{url} served an HTML page (Content-Type {_said(resp.headers.get('Content-Type'))}) "
+                                    f"instead of {part.name}")
                 start = 0
                 if code == 206:
                     m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", "").strip())
                     if not m or int(m.group(1)) != have:
-                        raise _Mismatch(f"{url} answered bytes={have}- with Content-Range {resp.headers.get('Content-Range')!r}")
+                        raise _Mismatch(f"{url} answered bytes={have}- with Content-Range "
+                                        f"{excerpt(resp.headers.get('Content-Range', ''))}")
                     start = have
                 length = resp.headers.get("Content-Length")
                 if part.size is not None and length is not None and length.isdigit() and start + int(length) != part.size:
@@ -642,10 +862,10 @@ def _transfer(session, url: str, part: Part, partfile: Path, sidecar: Path, *, r
         except _Transient as e:
             last = str(e)
         except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as e:
-            raise PrepError(f"bad URL {url}: {e}") from None
+            raise PrepError(f"bad URL {url}: {_said(e, 300)}") from None
         except (requests.RequestException, ConnectionError, TimeoutError) as e:
             # Network only: other OSErrors (a full disk) propagate as they are.
-            last = f"{type(e).__name__}: {e}"
+            last = f"{type(e).__name__}: {_said(e, 300)}"
         if progressed:
             failures = 0
             backoff.reset()
@@ -682,12 +902,13 @@ def fetch_part(
     Transport failures (429/5xx honouring Retry-After, dropped connections, timeouts) are
     retried with back-off `backoff_base * 2**n` capped at `max_wait`, at most `retries` in a
     row without progress (a retry that brought bytes resets the count). 404 and other 4xx
-    fail at once with a PrepError naming the file.
+    fail at once with a PrepError naming the file. Redirects are followed as `_get` allows.
     `progress(bytes_done, bytes_total)` is called as bytes arrive; `progress_bar` (default:
     when stderr is a terminal) shows a tqdm bar.
     """
+    check_dump_id(wiki, date)
     if not _SAFE_NAME.match(part.name):
-        raise PrepError(f"refusing to download {part.name!r}: not a plain file name")
+        raise PrepError(f"refusing to download {excerpt(part.name)}: not a plain file name")
     if not (part.sha1 or part.md5):
         raise PrepError(f"no sha1 or md5 for {part.name}: cannot verify the download")
     dest_dir = Path(dest_dir)
@@ -707,7 +928,7 @@ def fetch_part(
     backoff = _Backoff(backoff_base, max_wait)
     bar = _ProgressBar(part.name, part.size, progress, progress_bar)
     try:
-        with make_session(user_agent) as session:
+        with make_session(user_agent, local_files=is_local(dump_url)) as session:
             for attempt in range(1, verify_attempts + 1):
                 try:
                     digests = _transfer(

@@ -3,11 +3,11 @@
 `extract_part(part, out, dump_date)` streams one `pages-articles*.xml*.bz2` part: bz2 is
 decompressed in 256 KiB blocks and fed to an incremental XML parser; each finished <page> is
 handed to WikiExtractor 3.1.0's `Extractor.clean_text` and then forgotten, so memory is
-bounded by one read block and the largest page, never by the part. Output, in page order,
-is one JSON object per line, `{"id", "title", "url", "text"}`, for each ns-0 article that is
-not a redirect, a disambiguation page, empty, or shorter than `min_chars`. `text` is WikiExtractor's paragraphs joined by newlines, with
-section headings marked "## Heading." (its own `mark_headers` form) so `clean.py` can drop
-them exactly.
+bounded by one read block and one page of at most `MAX_PAGE_CHARS`, never by the part.
+Output, in page order, is one JSON object per line, `{"id", "title", "url", "text"}`, for
+each ns-0 article that is not a redirect, a disambiguation page, empty, or shorter than
+`min_chars`. `text` is WikiExtractor's paragraphs joined by newlines, with section headings
+marked "## Heading." (its own `mark_headers` form) so `clean.py` can drop them exactly.
 
 Choices, and why:
 
@@ -41,6 +41,17 @@ Choices, and why:
   plain `pages-articles` parts) is simply one slice. Pages are extracted independently,
   so the slices' outputs, in order, are byte for byte the part's output: the slice count
   changes speed, never the result.
+- A page larger than `MAX_PAGE_CHARS` (4 Mi characters of text, tag names and attribute
+  values) is skipped, counted under "too_large" in the part's dropped pages, and logged;
+  the run goes on. MediaWiki refuses to save wikitext over $wgMaxArticleSize (2 MiB by
+  default and on Wikimedia's wikis, in bytes, so never more characters), so no page of a
+  real dump comes near it; only a damaged or hostile dump does (a few KB of bz2 can hold a
+  page of gigabytes). The reader measures each child of <mediawiki> while it arrives and
+  keeps nothing more of it once it is over, so memory stays bounded whatever a page holds;
+  a <siteinfo> over the limit fails the part (no real one is more than kilobytes). So does
+  a single XML token (a tag, an attribute, a comment) longer than `MAX_PAGE_CHARS` bytes,
+  which the parser would have to hold whole: no page content comes as one. "too_large"
+  appears in the stats only when a page was skipped, so a normal dump's stats are unchanged.
 - `html_safe=False`: the output is JSON, not HTML, so WikiExtractor's final
   `html.escape` would only add `&amp;`/`&lt;` for `clean.py` to undo.
 - Python 3.11: wikiextractor 3.1.0 no longer has the inline-flag regexes that raised
@@ -54,6 +65,7 @@ import bz2
 import datetime as dt
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -65,11 +77,17 @@ from typing import Iterator
 from wikiextractor import extract as wx
 
 from shardkit.atomic import atomic_write
-from shardkit.errors import PrepError
+from shardkit.errors import PrepError, excerpt
+
+log = logging.getLogger(__name__)
 
 READ_BLOCK = 1 << 18  # bytes of decompressed XML per parser feed
+# Twice MediaWiki's $wgMaxArticleSize (2 MiB of wikitext): no page of a real dump comes near it.
+MAX_PAGE_CHARS = 4 << 20
 
 DROP_REASONS = ("redirect", "other_namespace", "disambiguation", "empty", "too_short")
+# Pages over MAX_PAGE_CHARS: a reason of its own, in the stats only when it happened.
+TOO_LARGE = "too_large"
 
 # Disambiguation pages carry one of these templates (or a "(disambiguation)" title).
 # Matched on the raw wikitext, because the extracted text no longer shows the template.
@@ -150,6 +168,7 @@ class Page:
     revid: str
     redirect: bool
     text: str
+    too_large: bool = False  # over MAX_PAGE_CHARS: its text was not kept (and id, title may be missing)
 
 
 @dataclass
@@ -294,16 +313,107 @@ def _siteinfo_head(raw, name: str) -> bytes:
     return head[:head.index(b"</siteinfo>") + len(b"</siteinfo>")] + b"\n"
 
 
+class _PageTarget:
+    """The XML parser's target: <siteinfo> and each <page> as ElementTree elements, each kept only up
+    to `max_chars` characters (text, tag names, attribute values).
+
+    Every child of <mediawiki> (a page, the siteinfo, anything else) is measured while it arrives.
+    Character data waits here until the element's next tag, as ElementTree's TreeBuilder would hold
+    it; once an element is over the limit, that data is dropped and nothing more of it is kept (its
+    descendants are not built), so one of any size costs at most `max_chars`. Finished pages and the
+    siteinfo are queued in `events` as (kind, element or None, too_large) and taken off the root, so
+    the tree never holds more than one; text directly inside <mediawiki> is never read, nor kept.
+    """
+
+    def __init__(self, name: str, max_chars: int):
+        self.name, self.max_chars = name, max_chars
+        self.builder = ET.TreeBuilder()
+        self.root = None
+        self.events: list[tuple[str, ET.Element | None, bool]] = []
+        self.kept: list[bool] = []  # per open element: was it given to the builder?
+        self.text: list[str] = []
+        self.chars = 0  # of the open child of <mediawiki>
+        self.over = False
+        self.heard = False  # any callback since the reader last looked
+
+    def _flush(self) -> None:
+        if self.text:
+            self.builder.data("".join(self.text))
+            self.text.clear()
+
+    def _count(self, n: int) -> bool:
+        """Count n characters of the open child of <mediawiki>; True once it is over the limit."""
+        if not self.over:
+            self.chars += n
+            if self.chars > self.max_chars:
+                self.over = True
+                self.text.clear()
+        return self.over
+
+    def start(self, tag: str, attrib: dict) -> None:
+        self.heard = True
+        if self.root is None:
+            if _local(tag) != "mediawiki":
+                root = _local(tag) if len(_local(tag)) <= 60 else excerpt(_local(tag))  # an XML name: printable
+                raise PrepError(f"dump part {self.name} is not a MediaWiki XML export (root element <{root}>)")
+            self.root = self.builder.start(tag, attrib)
+            self.kept.append(True)
+            return
+        if len(self.kept) == 1:  # a child of <mediawiki> starts
+            self.chars, self.over = 0, False
+        if self._count(len(tag) + sum(len(k) + len(v) for k, v in attrib.items())):
+            self.kept.append(False)
+            return
+        self._flush()
+        self.builder.start(tag, attrib)
+        self.kept.append(True)
+
+    def end(self, tag: str) -> None:
+        self.heard = True
+        elem = None
+        if self.kept.pop():
+            self._flush()
+            elem = self.builder.end(tag)
+        if len(self.kept) != 1:
+            return
+        # A child of <mediawiki> ends.
+        if _local(tag) == "page":
+            self.events.append(("page", elem, self.over))
+        elif _local(tag) == "siteinfo":
+            if self.over:
+                raise PrepError(f"dump part {self.name}: its <siteinfo> is larger than {self.max_chars} "
+                                "characters: damaged, or not a dump")
+            self.events.append(("siteinfo", elem, False))
+        if elem is not None:
+            self.root.remove(elem)  # the reader has it from `events`, or never needs it
+
+    def data(self, text: str) -> None:  # called for every line of text: _count inlined
+        self.heard = True
+        if len(self.kept) > 1 and not self.over:
+            self.chars += len(text)
+            if self.chars > self.max_chars:
+                self.over = True
+                self.text.clear()
+            else:
+                self.text.append(text)
+
+    def close(self) -> None:
+        return None
+
+
 class PartReader:
     """Iterate the pages of one bz2 dump part, streaming; `siteinfo` is filled on the way.
 
     With `byte_range`, only the pages in the bz2 streams of that range (see `slice_range`),
-    parsed after the part's own header so namespaces and the site URL are the part's.
+    parsed after the part's own header so namespaces and the site URL are the part's. A page
+    over `max_page_chars` comes as a Page with `too_large` set and no text.
     """
 
-    def __init__(self, path: Path, byte_range: tuple[int, int] | None = None):
+    def __init__(self, path: Path, byte_range: tuple[int, int] | None = None, *,
+                 max_page_chars: int = MAX_PAGE_CHARS):
         self.path = Path(path)
         self.byte_range = byte_range
+        self.max_page_chars = max_page_chars
         self.siteinfo = SiteInfo()
         self.xml_bytes = 0
 
@@ -322,8 +432,9 @@ class PartReader:
 
     def __iter__(self) -> Iterator[Page]:
         name = self.path.name
-        parser = ET.XMLPullParser(events=("start", "end"))
-        self._root = None
+        target = _PageTarget(name, self.max_page_chars)
+        parser = ET.XMLParser(target=target)
+        quiet = 0  # bytes fed since the parser last reported anything
         try:
             raw = open(self.path, "rb")
         except OSError as e:
@@ -345,36 +456,35 @@ class PartReader:
                 if not block:
                     break
                 self.xml_bytes += len(block) if own else 0
-                parser.feed(block)
-                yield from self._pages(parser)
+                try:
+                    parser.feed(block)
+                except ET.ParseError as e:
+                    raise PrepError(f"dump part {name} is not well-formed XML or not UTF-8/UTF-16 "
+                                    f"text (expat: {e})") from None
+                # Text arrives in pieces as it is fed; only a single token (a tag, an attribute, a
+                # comment) is held whole by the parser, silently: that one must not grow unbounded.
+                quiet = 0 if target.heard else quiet + len(block)
+                target.heard = False
+                if quiet > self.max_page_chars:
+                    raise PrepError(f"dump part {name} holds an XML tag, attribute or comment of more than "
+                                    f"{self.max_page_chars} bytes (after {self.xml_bytes} bytes of XML): "
+                                    "damaged, or not a dump")
+                yield from self._pages(target)
         if self.xml_bytes == 0 and self.byte_range is None:
             raise PrepError(f"dump part {name} holds no XML")
         try:
             parser.close()
         except ET.ParseError as e:
             raise PrepError(f"dump part {name} ends inside the XML ({e}): truncated or damaged") from None
-        yield from self._pages(parser)
+        yield from self._pages(target)
 
-    def _pages(self, parser: ET.XMLPullParser) -> Iterator[Page]:
-        try:
-            for event, elem in parser.read_events():
-                tag = _local(elem.tag)
-                if event == "start":
-                    if self._root is None:
-                        if tag != "mediawiki":
-                            raise PrepError(f"dump part {self.path.name} is not a MediaWiki XML "
-                                            f"export (root element <{tag}>)")
-                        self._root = elem
-                    continue
-                if tag == "siteinfo":
-                    self._read_siteinfo(elem)
-                elif tag == "page":
-                    page = self._read_page(elem)
-                    self._root.clear()  # forget finished pages: memory stays per-page
-                    yield page
-        except ET.ParseError as e:
-            raise PrepError(f"dump part {self.path.name} is not well-formed XML or not UTF-8/UTF-16 "
-                            f"text (expat: {e})") from None
+    def _pages(self, target: _PageTarget) -> Iterator[Page]:
+        events, target.events = target.events, []
+        for kind, elem, too_large in events:
+            if kind == "siteinfo":
+                self._read_siteinfo(elem)
+            else:  # the target has taken it off the tree: memory stays per page
+                yield self._read_page(elem, too_large)
 
     def _read_siteinfo(self, elem: ET.Element) -> None:
         info = SiteInfo(namespaces=frozenset())
@@ -390,21 +500,24 @@ class PartReader:
         info.namespaces = frozenset(names)
         self.siteinfo = info
 
-    def _read_page(self, elem: ET.Element) -> Page:
-        fields = {_local(c.tag): c for c in elem}
+    def _read_page(self, elem: ET.Element | None, too_large: bool = False) -> Page:
+        fields = {_local(c.tag): c for c in elem} if elem is not None else {}
+        title = (fields["title"].text or "") if "title" in fields else ""
         try:
             page_id = int(fields["id"].text)
             ns = int(fields["ns"].text)
         except (KeyError, TypeError, ValueError):
-            title = fields["title"].text if "title" in fields else "?"
-            raise PrepError(f"dump part {self.path.name}: page {title!r} has no valid <id> or <ns>") from None
+            if too_large:  # what of it was kept may end before its <id>: it is skipped anyway
+                return Page(id=0, ns=0, title=title, revid="", redirect=False, text="", too_large=True)
+            raise PrepError(f"dump part {self.path.name}: page {excerpt(title or '?')} has no valid <id> or <ns>") from None
+        if too_large:
+            return Page(id=page_id, ns=ns, title=title, revid="", redirect=False, text="", too_large=True)
         revisions = [c for c in elem if _local(c.tag) == "revision"]
         text, revid = "", ""
         if revisions:  # the last revision is the current one (history dumps hold many)
             rev = {_local(c.tag): c for c in revisions[-1]}
             text = (rev["text"].text or "") if "text" in rev else ""
             revid = (rev["id"].text or "") if "id" in rev else ""
-        title = (fields["title"].text or "") if "title" in fields else ""
         return Page(id=page_id, ns=ns, title=title, revid=revid, redirect="redirect" in fields, text=text)
 
 
@@ -442,30 +555,37 @@ def drop_reason(page: Page) -> str | None:
 
 
 def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: int = 0,
-                 byte_range: tuple[int, int] | None = None) -> dict:
+                 byte_range: tuple[int, int] | None = None, max_page_chars: int = MAX_PAGE_CHARS) -> dict:
     """Extract the articles of one bz2 dump part into JSON lines at `out_path` (atomic).
 
     Returns counts: pages seen, articles written, pages dropped by reason, and the bytes of
-    XML read. Raises PrepError for a damaged part, a part that is not a MediaWiki export,
-    and a part from which no article survives. With `byte_range` (from `slice_range`) only
-    that slice is extracted, and a slice without articles is not an error: the part's
-    verdict comes from all of its slices together (`check_parts`).
+    XML read. A page over `max_page_chars` is skipped and counted as dropped "too_large"
+    (a reason present only when it happened). Raises PrepError for a damaged part, a part
+    that is not a MediaWiki export, and a part from which no article survives. With
+    `byte_range` (from `slice_range`) only that slice is extracted, and a slice without
+    articles is not an error: the part's verdict comes from all of its slices together
+    (`check_parts`).
     """
     part_path, out_path = Path(part_path), Path(out_path)
     pinned = clock_magic_words(dump_date)
-    reader = PartReader(part_path, byte_range)
+    reader = PartReader(part_path, byte_range, max_page_chars=max_page_chars)
     dropped = dict.fromkeys(DROP_REASONS, 0)
     pages = articles = 0
     with atomic_write(out_path, "w") as out:
         for page in reader:
             pages += 1
+            if page.too_large:
+                log.warning("dump part %s: page %s %s is larger than %d characters: skipped (%s)",
+                            part_path.name, page.id or "?", excerpt(page.title), max_page_chars, TOO_LARGE)
+                dropped[TOO_LARGE] = dropped.get(TOO_LARGE, 0) + 1
+                continue
             reason = drop_reason(page)
             if reason is None:
                 try:
                     paragraphs = extract_page(page, reader.siteinfo, pinned)
                 except RecursionError:
                     raise PrepError(f"dump part {part_path.name}: WikiExtractor recursed too deep "
-                                    f"on page {page.id} {page.title!r}") from None
+                                    f"on page {page.id} {excerpt(page.title)}") from None
                 body = sum(len(p) for p in paragraphs if not p.startswith("## ") and p.strip())
                 if body == 0:
                     reason = "empty"
@@ -500,6 +620,6 @@ def check_parts(stats: list[dict]) -> None:
         total["pages"] += st["pages"]
         total["articles"] += st["articles"]
         for reason, n in st["dropped"].items():
-            total["dropped"][reason] += n
+            total["dropped"][reason] = total["dropped"].get(reason, 0) + n
     for total in by_part.values():
         _check_articles(total)

@@ -37,6 +37,10 @@ class DumpTask(PrepTask):
                     "parallel (0: whole parts). The outputs are the same bytes either way")
 
     def check_before_work(self) -> None:
+        """--wiki and --dump-date become folder names: anything but a wiki name and a YYYYMMDD date is
+        refused here, the first thing Luigi asks, before any path is made of them or anything fetched."""
+        super().check_before_work()
+        download.check_dump_id(self.wiki, self.dump_date)
         check_output_root(self.data_dir, "--data-dir")
 
     @property
@@ -307,7 +311,7 @@ class PretrainDataset(PretrainTask):
         """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
         to be trained has no hash yet, but the parameters it is trained with are in the description.
         Checked here once, not per shard: Luigi asks this task first, and nothing runs when it refuses."""
-        super().check_before_work()
+        super().check_before_work()  # the wiki and date first: the folder's path is made of them
         dataset.check_folder(self.dataset_dir, self.description(with_vocab=bool(self.vocab_file)))
 
     def requires(self):
