@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from shardkit.cli import run
-from shardkit.errors import PrepError
 
 from . import convert, images, stats, verify
 
@@ -58,8 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _convert(args: argparse.Namespace) -> None:
-    if args.train_dir is None and args.validation_dir is None:
-        raise PrepError("convert: give --train-dir and/or --validation-dir")
     manifest = convert.convert_dataset(
         args.train_dir, args.validation_dir, args.val_labels, args.output_dir, workers=args.workers,
         synsets_file=args.synsets_file, metadata_file=args.metadata_file, bbox_dir=args.bbox_dir,

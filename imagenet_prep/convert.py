@@ -183,8 +183,8 @@ class _Reader:
                 raise OSError("archive shorter than when it was planned")
             return data
         except OSError as e:
-            raise PrepError(f"{self.where(i)}: planned input cannot be read now ({e.strerror or e}); "
-                            f"inputs changed since make_plan?") from None
+            raise PrepError(f"{self.where(i)}: cannot be read now ({e.strerror or e}); did the inputs change "
+                            f"since the plan was made?") from None
 
     def close(self):
         if self.tar:
@@ -261,6 +261,16 @@ def _shuffle(spec: dict, seed: int) -> None:
             spec[key] = [spec[key][i] for i in order]
 
 
+def check_parameters(**values: int) -> None:
+    """PrepError naming the flag (`--train-shards 0: ...`) unless every value is a valid integer: shard and
+    worker counts and --max-pixels positive, --seed non-negative. Cheap: run before anything is listed or written."""
+    for name, value in values.items():
+        least = 0 if name == "seed" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise PrepError(f"--{name.replace('_', '-')} {value!r}: must be a "
+                            f"{'non-negative' if least == 0 else 'positive'} integer")
+
+
 def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, metadata_file=None,
               bbox_dir=None, train_shards: int = 1024, validation_shards: int = 128, seed: int = 12345,
               strict: bool = False, verify_decode: bool = False, max_pixels: int = images.MAX_PIXELS) -> dict:
@@ -273,14 +283,10 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
     left out. verify_decode: fully decode every copied JPEG with PIL (slow). Bad input -> PrepError.
     """
     if train_dir is None and validation_dir is None:
-        raise PrepError("make_plan: neither a train nor a validation input given")
+        raise PrepError("give --train-dir and/or --validation-dir")
     if val_labels is not None and validation_dir is None:
-        raise PrepError(f"{val_labels}: validation labels given without a validation input")
-    for name, value in (("train_shards", train_shards), ("validation_shards", validation_shards),
-                        ("seed", seed), ("max_pixels", max_pixels)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "seed" else 1):
-            raise PrepError(f"make_plan: {name}={value!r} must be a {'non-negative' if name == 'seed' else 'positive'}"
-                            f" integer")
+        raise PrepError(f"--val-labels {val_labels}: given without --validation-dir")
+    check_parameters(train_shards=train_shards, validation_shards=validation_shards, seed=seed, max_pixels=max_pixels)
     synsets = labels.load_synsets(synsets_file)
     names = labels.load_names(synsets, metadata_file)
     index_of = {wnid: i for i, wnid in enumerate(synsets)}
@@ -317,7 +323,7 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
         spec = _collect_split(split, path, synsets, index_of, stem_labels,
                               val_labels if split == "validation" else None, plan["ignored"])
         if shards > len(spec["files"]):
-            raise PrepError(f"{spec['source']['path']}: {split}_shards={shards} is more than the "
+            raise PrepError(f"{spec['source']['path']}: --{split}-shards {shards} is more than the "
                             f"{len(spec['files'])} {split} images found")
         _shuffle(spec, seed)
         spec["num_shards"] = shards
@@ -356,7 +362,7 @@ def _split_spec(plan: dict, split: str, index: int) -> dict:
     if spec is None:
         raise PrepError(f"plan has no {split!r} split (it has {sorted(plan.get('splits', {}))})")
     if not isinstance(index, int) or not 0 <= index < spec["num_shards"]:
-        raise PrepError(f"{split} shard index {index!r} is outside 0..{spec['num_shards'] - 1}")
+        raise PrepError(f"--index {index!r} is outside 0..{spec['num_shards'] - 1}, the {split} shards")
     return spec
 
 
@@ -552,6 +558,7 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
 
     Returns the manifest. The bytes do not depend on `workers`.
     """
+    check_parameters(workers=workers)
     output_dir = Path(output_dir)
     plan = make_plan(train_dir, validation_dir, val_labels, **plan_args)
     check_output_dir(output_dir, content_parameters(plan))
@@ -559,7 +566,7 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
     write_plan(plan, output_dir / ".work" / "plan.json")
     jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]
             for i in range(plan["splits"][split]["num_shards"])]
-    if workers <= 1:
+    if workers == 1:
         results = [write_shard(plan, s, i, output_dir) for s, i, _ in jobs]
     else:
         import multiprocessing

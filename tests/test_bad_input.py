@@ -141,6 +141,26 @@ def _write(rel: str, data: str | bytes) -> Callable[[Path], None]:
 
 CREATE = ("wikiprep", "create-pretraining-data", "--input_file={root}/corpus.txt", "--vocab_file={root}/vocab.txt")
 
+# How imagenet_ds was made: `convert()` with no changes makes it again.
+IMAGENET_FLAGS = {"--train-dir": "{root}/imagenet/train", "--validation-dir": "{root}/imagenet/validation",
+                  "--val-labels": "{root}/imagenet/validation_labels.txt", "--synsets-file": "{root}/imagenet/synsets.txt",
+                  "--train-shards": "2", "--validation-shards": "1"}
+
+
+def convert(output_dir: str = "{root}/imagenet_ds", **changes: str | bool | None) -> tuple[str, ...]:
+    """`imagenet-prep convert` with imagenet_ds's flags, `changes` (train_shards="0") replacing or adding
+    flags, None removing one and True giving a bare switch (strict=True)."""
+    flags: dict[str, str | bool] = {**IMAGENET_FLAGS, "--output-dir": output_dir}
+    for name, value in changes.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            flags.pop(flag, None)
+        else:
+            flags[flag] = value
+    return ("imagenet-prep", "convert", *[a for flag, value in flags.items()
+                                          for a in ((flag,) if value is True else (flag, value))])
+
+
 CASES: list[Bad] = [
     # --- wikiprep create-pretraining-data
     Bad("create-input-glob-matches-nothing",
@@ -155,6 +175,18 @@ CASES: list[Bad] = [
 
     # --- imagenet-prep
     Bad("imagenet-verify-no-manifest", ("imagenet-prep", "verify", "{root}/imagenet"), "stray file"),
+
+    # --- imagenet-prep convert: counts refused by their flag before anything is listed or written
+    Bad("imagenet-convert-train-shards-0", convert("{root}/new_ds", train_shards="0"),
+        "--train-shards 0: must be a positive integer"),
+    Bad("imagenet-convert-negative-validation-shards", convert("{root}/new_ds", validation_shards="-2"),
+        "--validation-shards -2: must be a positive integer"),
+    Bad("imagenet-convert-workers-0", convert("{root}/new_ds", workers="0"), "--workers 0: must be a positive integer"),
+    Bad("imagenet-convert-max-pixels-0", convert("{root}/new_ds", max_pixels="0"),
+        "--max-pixels 0: must be a positive integer"),
+    Bad("imagenet-convert-train-shards-0-into-a-dataset", convert(train_shards="0"), "--train-shards 0"),
+    Bad("imagenet-convert-too-many-shards", convert("{root}/new_ds", validation_shards="9"),
+        "--validation-shards 9 is more than the 8 validation images found"),
 ]
 
 

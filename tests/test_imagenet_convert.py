@@ -544,9 +544,13 @@ def test_bad_inputs_raise_one_line_naming_the_path(small_tree, tmp_path):
         return msg
 
     fails(f"{tmp_path / 'missing'}: train input not found", tmp_path / "missing", None)
-    fails("neither a train nor a validation input", None, None)
-    fails("train_shards=5 is more than the 4 train images", train, None, train_shards=5)
-    fails("train_shards=0 must be a positive integer", train, None, train_shards=0)
+    fails("give --train-dir and/or --validation-dir", None, None)
+    fails("--train-shards 5 is more than the 4 train images", train, None, train_shards=5)
+    fails("--train-shards 0: must be a positive integer", train, None, train_shards=0)
+    fails("--validation-shards -1: must be a positive integer", train, None, validation_shards=-1)
+    fails("--max-pixels 0: must be a positive integer", train, None, max_pixels=0)
+    fails("--seed -1: must be a non-negative integer", train, None, seed=-1)
+    fails(f"--val-labels {vlab}: given without --validation-dir", train, None, vlab)
     kept = (val / "ILSVRC2012_val_00000004.JPEG").read_bytes()
     (val / "ILSVRC2012_val_00000004.JPEG").unlink()
     fails(f"{vlab}: labels 4 images but {val} holds 3", None, val, vlab, validation_shards=1)

@@ -216,3 +216,18 @@ def test_imagenet_rerun_with_other_shard_counts_is_refused_before_any_work(demo,
     assert "Traceback" not in r.stderr
     assert _tree_digest(out) == before
 
+
+
+@pytest.mark.parametrize("flag, value", [("--train-shards", "0"), ("--validation-shards", "-1"), ("--seed", "-5")])
+def test_imagenet_bad_counts_are_refused_by_their_flag_before_any_work(demo, tmp_path, flag, value):
+    raw = demo / "imagenet-raw"
+    args = {"--train-dir": str(raw / "train"), "--validation-dir": str(raw / "validation"),
+            "--val-labels": str(raw / "validation_labels.txt"), "--output-dir": str(tmp_path / "out"),
+            "--train-shards": "4", "--validation-shards": "2", flag: value}
+    r = run_luigi("ImageNet", *[a for kv in args.items() for a in kv], "--local-scheduler", "--workers", "1")
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("imagenet-prep: error:")]
+    assert lines == [f"imagenet-prep: error: {flag} {value}: must be a "
+                     f"{'non-negative' if flag == '--seed' else 'positive'} integer"], r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()

@@ -79,7 +79,9 @@ class ImageNet(ImageNetTask):
     def check_before_work(self) -> None:
         """An output folder holding a dataset made with another seed or other shard counts is refused before
         anything runs, instead of being returned as complete. Checked here once, not per shard: Luigi asks
-        this task first, and nothing runs when it refuses."""
+        this task first, and nothing runs when it refuses. Bad counts (--train-shards 0) are refused here too."""
+        convert.check_parameters(train_shards=self.train_shards, validation_shards=self.validation_shards,
+                                 seed=self.seed)
         convert.check_output_dir(self.output_dir, {"seed": self.seed, "train_shards": self.train_shards,
                                                    "validation_shards": self.validation_shards})
 
