@@ -89,47 +89,70 @@ def _list_dir(root: Path) -> tuple[list[str], set[str]]:
     return files, dirs
 
 
-def _safe_member_name(tar_path: Path, member: tarfile.TarInfo, prefix: str = "") -> str | None:
+def _safe_member_name(where: str, member: tarfile.TarInfo) -> str | None:
     """The member's relative name, None for folders; PrepError for anything that is not a plain file
-    at a plain relative path (absolute, '..', links, devices, sparse files)."""
+    at a plain relative path (absolute, '..', links, devices, sparse files). `where` names the archive."""
     name = member.name
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
     if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
-        raise PrepError(f"{tar_path}: unsafe member path {prefix}{name!r} (absolute or leaving the archive)")
+        raise PrepError(f"{where}: unsafe member path {name!r} (absolute or leaving the archive)")
     if member.isdir():
         return None
     if not member.isreg() or member.issparse():
-        raise PrepError(f"{tar_path}: member {prefix}{name!r} is a link, device or sparse file; "
-                        f"only plain files are accepted")
+        raise PrepError(f"{where}: member {name!r} is a link, device or sparse file; only plain files are accepted")
     return "/".join(parts)
+
+
+def _check_tar_end(where: str, archive: tarfile.TarFile, fileobj, size: int) -> None:
+    """PrepError unless `archive` stopped at its end. tarfile takes a corrupt header after the first
+    for the end of the archive and silently drops every member after it; a real end is the end of
+    the data or a zero block. Every member must also lie within the `size` bytes of the archive."""
+    last = archive.members[-1] if archive.members else None
+    if last is not None and last.offset_data + last.size > size:
+        raise PrepError(f"{where}: truncated (the data ends inside {last.name!r})")
+    fileobj.seek(archive.offset)
+    block = fileobj.read(tarfile.BLOCKSIZE)
+    if block.strip(b"\0"):
+        raise PrepError(f"{where}: corrupt at byte {archive.offset} (not a tar header there); the members from "
+                        f"there on cannot be listed")
 
 
 def _list_tar(tar_path: Path) -> tuple[list[str], set[str], dict[str, tuple[int, int]]]:
     """Like _list_dir for an uncompressed tar, plus {relative path: (offset, size)} of each file.
 
     A member `<wnid>.tar` (the layout of ILSVRC2012_img_train.tar) is opened in place and its
-    files listed as `<wnid>/<name>`.
+    files listed as `<wnid>/<name>`; a problem inside it is reported as `<archive>: <wnid>.tar: ...`.
     """
     files, dirs, where = [], set(), {}
-    try:
-        with open(tar_path, "rb") as raw, tarfile.open(fileobj=raw, mode="r:") as outer:
-            for m in outer:
-                rel = _safe_member_name(tar_path, m)
+    with open(tar_path, "rb") as raw:
+        size = os.fstat(raw.fileno()).st_size
+        try:
+            outer = tarfile.open(fileobj=raw, mode="r:")
+        except tarfile.TarError as e:
+            raise PrepError(f"{tar_path}: not an uncompressed tar archive ({e}); compressed archives cannot be "
+                            f"read in place, decompress or extract them first") from None
+        with outer:
+            members = iter(outer)
+            while True:
+                try:
+                    m = next(members)
+                except StopIteration:
+                    break
+                except tarfile.TarError as e:
+                    raise PrepError(f"{tar_path}: corrupt or truncated at byte {outer.offset} ({e})") from None
+                if m.offset_data + m.size > size:
+                    raise PrepError(f"{tar_path}: truncated (the data ends inside {m.name!r})")
+                rel = _safe_member_name(str(tar_path), m)
                 if rel is None:
                     dirs.add(m.name.strip("/").split("/")[0])
                     continue
                 if rel.endswith(".tar") and "/" not in rel:
                     wnid = rel[:-4]
                     dirs.add(wnid)
-                    inner_file = outer.extractfile(m)
-                    with tarfile.open(fileobj=inner_file, mode="r:") as inner:
-                        for im in inner:
-                            irel = _safe_member_name(tar_path, im, prefix=f"{rel}:")
-                            if irel is None:
-                                continue
-                            key = f"{wnid}/{irel}"
-                            files.append(key)
-                            where[key] = (m.offset_data + im.offset_data, im.size)
+                    for irel, offset, isize in _list_inner_tar(f"{tar_path}: {rel}", outer.extractfile(m), m.size):
+                        key = f"{wnid}/{irel}"
+                        files.append(key)
+                        where[key] = (m.offset_data + offset, isize)
                     continue
                 parts = rel.split("/")
                 if parts[0].startswith(".") or parts[-1].startswith("."):
@@ -138,10 +161,23 @@ def _list_tar(tar_path: Path) -> tuple[list[str], set[str], dict[str, tuple[int,
                     dirs.add(parts[0])
                 files.append(rel)
                 where[rel] = (m.offset_data, m.size)
-    except tarfile.ReadError as e:
-        raise PrepError(f"{tar_path}: not an uncompressed tar archive ({e}); compressed archives cannot be "
-                        f"read in place, decompress or extract them first") from None
+            _check_tar_end(str(tar_path), outer, raw, size)
     return files, dirs, where
+
+
+def _list_inner_tar(where: str, fileobj, size: int) -> list[tuple[str, int, int]]:
+    """(relative name, data offset within the member, size) of each file of a per-class tar inside an archive."""
+    out = []
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r:") as inner:
+            for im in inner:
+                irel = _safe_member_name(where, im)
+                if irel is not None:
+                    out.append((irel, im.offset_data, im.size))
+            _check_tar_end(where, inner, fileobj, size)
+    except tarfile.TarError as e:
+        raise PrepError(f"{where}: not a readable tar archive ({e})") from None
+    return out
 
 
 def _open_input(path: str | Path, what: str) -> tuple[dict, list[str], set[str], dict | None]:

@@ -136,6 +136,29 @@ def _write(rel: str, data: str | bytes) -> Callable[[Path], None]:
     return setup
 
 
+def _tar_bytes(members: dict[str, bytes]) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _train_tar_with_a_corrupt_class(root: Path) -> None:
+    """ILSVRC2012_img_train.tar's layout (one tar per class inside) from imagenet/train, the first class's
+    tar with a corrupt header."""
+    inner = {f"{cls.name}.tar": _tar_bytes({f.name: f.read_bytes() for f in sorted(cls.iterdir())})
+             for cls in sorted((root / "imagenet" / "train").iterdir())}
+    first = next(iter(inner))
+    inner[first] = b"x" * 100 + inner[first][100:]
+    (root / "ILSVRC2012_img_train.tar").write_bytes(_tar_bytes(inner))
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -185,6 +208,11 @@ CASES: list[Bad] = [
     Bad("imagenet-convert-max-pixels-0", convert("{root}/new_ds", max_pixels="0"),
         "--max-pixels 0: must be a positive integer"),
     Bad("imagenet-convert-train-shards-0-into-a-dataset", convert(train_shards="0"), "--train-shards 0"),
+    # --- imagenet-prep convert: what is wrong is named where it is
+    Bad("imagenet-convert-corrupt-class-tar-inside-the-train-tar",
+        convert("{root}/new_ds", train_dir="{root}/ILSVRC2012_img_train.tar"),
+        "{root}/ILSVRC2012_img_train.tar: n01440764.tar: not a readable tar archive",
+        setup=_train_tar_with_a_corrupt_class),
     Bad("imagenet-convert-too-many-shards", convert("{root}/new_ds", validation_shards="9"),
         "--validation-shards 9 is more than the 8 validation images found"),
 ]

@@ -476,6 +476,62 @@ def test_unsafe_tar_members_are_refused(tmp_path, member):
     assert str(path) in str(e.value)
 
 
+def _tar_bytes(members: dict[str, bytes]) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _damaged_train_tar(train_dir: Path, path: Path, damage) -> Path:
+    """ILSVRC2012_img_train.tar's layout, `damage(name, inner tar bytes)` applied to each per-class tar."""
+    inner = {f"{cls.name}.tar": _tar_bytes({f.name: f.read_bytes() for f in sorted(cls.iterdir())})
+             for cls in sorted(train_dir.iterdir())}
+    path.write_bytes(_tar_bytes({name: damage(name, data) for name, data in inner.items()}))
+    return path
+
+
+def _second_header(data: bytes) -> int:
+    import io
+
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        return t.getmembers()[1].offset
+
+
+def _overwrite(data: bytes, at: int, junk: bytes = b"x" * 100) -> bytes:
+    return data[:at] + junk + data[at + len(junk):]
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda d: _overwrite(d, 0), "n01440764.tar: not a readable tar archive (bad checksum)"),
+    # tarfile alone takes this for the end of the archive and drops the class's other images without a word
+    (lambda d: _overwrite(d, _second_header(d)), "n01440764.tar: corrupt at byte "),
+    (lambda d: d[:2048], "n01440764.tar: not a readable tar archive (unexpected end of data)"),
+])
+def test_a_damaged_per_class_tar_is_named_inside_the_archive(small_tree, tmp_path, damage, expected):
+    train = Path(small_tree["train_dir"])
+    tar = _damaged_train_tar(train, tmp_path / "ILSVRC2012_img_train.tar",
+                             lambda name, data: damage(data) if name == "n01440764.tar" else data)
+    with pytest.raises(PrepError) as e:
+        convert.make_plan(tar, None)
+    assert str(e.value).startswith(f"{tar}: {expected}"), str(e.value)
+
+
+def test_a_truncated_archive_is_named_with_the_member_it_ends_in(small_tree, tmp_path):
+    tar = _damaged_train_tar(Path(small_tree["train_dir"]), tmp_path / "train.tar", lambda name, data: data)
+    data = tar.read_bytes()
+    tar.write_bytes(data[:len(data) - 10240 - 2048])  # into the second per-class tar
+    with pytest.raises(PrepError, match=r"train.tar: truncated \(the data ends inside 'n02102040.tar'\)"):
+        convert.make_plan(tar, None)
+    assert len(convert.make_plan(_damaged_train_tar(Path(small_tree["train_dir"]), tmp_path / "good.tar",
+                                                    lambda name, data: data), None)["splits"]["train"]["files"]) == 4
+
+
 # ---------------------------------------------------------------------------------------------
 # Bounding boxes
 
