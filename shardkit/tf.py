@@ -1,6 +1,7 @@
-"""The quiet TensorFlow import shared by every reader that parses records with TensorFlow."""
+"""The quiet TensorFlow import shared by every reader that parses records with TensorFlow, and its errors in brief."""
 
 import os
+import re
 
 
 def import_tensorflow():
@@ -10,3 +11,13 @@ def import_tensorflow():
     import tensorflow as tf
 
     return tf
+
+
+def error_text(error: BaseException, limit: int = 160) -> str:
+    """What a TensorFlow error says about the input, for a one-line message: without the function and node
+    names (`{{function_node ...}}`, `[[node ...]]`), the op (`[Op:ParseExampleV2]`) and a failing C++
+    function's name (`jpeg::Uncompress failed.`), at most `limit` characters."""
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    text = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:[^\]]*\]|\b\w+(?:::\w+)+ failed\.", " ", text)
+    text = " ".join(text.split()).strip(" .")
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."

@@ -159,6 +159,52 @@ def _train_tar_with_a_corrupt_class(root: Path) -> None:
     (root / "ILSVRC2012_img_train.tar").write_bytes(_tar_bytes(inner))
 
 
+def _rewrite_first_record(shard: str, change: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    """imagenet_ds with the first record of `shard` replaced by change(record), its index file and MANIFEST.json
+    made to match, so that only reading the record itself finds the damage."""
+    def setup(root: Path) -> None:
+        from shardkit.manifest import MANIFEST, write_manifest
+        from shardkit.records import RecordWriter, read_records
+
+        folder = root / "imagenet_ds"
+        payloads = list(read_records(folder / shard))
+        payloads[0] = change(payloads[0])
+        with RecordWriter(folder / shard, folder / "idx" / f"{shard}.idx") as w:
+            for data in payloads:
+                w.write(data)
+        manifest = json.loads((folder / MANIFEST).read_text())
+        counts = {f["path"]: f["records"] for f in manifest["files"] if "records" in f}
+        write_manifest(folder, counts, {k: v for k, v in manifest.items() if k != "files"})
+    return setup
+
+
+def _without_feature(name: str) -> Callable[[bytes], bytes]:
+    def change(data: bytes) -> bytes:
+        from shardkit.example import decode_example_kinds, encode_example
+
+        return encode_example([(n, kind, values) for n, (kind, values) in decode_example_kinds(data).items()
+                               if n != name])
+    return change
+
+
+def _edit_manifest(folder: str, change: Callable[[dict], object]) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        path = root / folder / "MANIFEST.json"
+        path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    return setup
+
+
+def _set(key: str, value) -> Callable[[dict], dict]:
+    return lambda d: {**d, key: value}
+
+
+def _empty_files(*rels: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        for rel in rels:
+            (root / rel).write_bytes(b"")
+    return setup
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -166,8 +212,8 @@ CREATE = ("wikiprep", "create-pretraining-data", "--input_file={root}/corpus.txt
 
 # How imagenet_ds was made: `convert()` with no changes makes it again.
 IMAGENET_FLAGS = {"--train-dir": "{root}/imagenet/train", "--validation-dir": "{root}/imagenet/validation",
-                  "--val-labels": "{root}/imagenet/validation_labels.txt", "--synsets-file": "{root}/imagenet/synsets.txt",
-                  "--train-shards": "2", "--validation-shards": "1"}
+                  "--val-labels": "{root}/imagenet/validation_labels.txt",
+                  "--synsets-file": "{root}/imagenet/synsets.txt", "--train-shards": "2", "--validation-shards": "1"}
 
 
 def convert(output_dir: str = "{root}/imagenet_ds", **changes: str | bool | None) -> tuple[str, ...]:
@@ -198,6 +244,33 @@ CASES: list[Bad] = [
 
     # --- imagenet-prep
     Bad("imagenet-verify-no-manifest", ("imagenet-prep", "verify", "{root}/imagenet"), "stray file"),
+
+    Bad("imagenet-verify-record-without-a-feature",
+        ("imagenet-prep", "verify", "{root}/imagenet_ds", "--synsets-file", "{root}/imagenet/synsets.txt"),
+        "{root}/imagenet_ds/train-00001-of-00002: record 0: does not parse with the 15-key ImageNet schema: "
+        "no image/class/synset feature", setup=_rewrite_first_record("train-00001-of-00002",
+                                                                     _without_feature("image/class/synset"))),
+    Bad("imagenet-stats-record-without-a-feature", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                    "{root}/report"),
+        "{root}/imagenet_ds/train-00000-of-00002: record 0: does not parse with the 15-key ImageNet schema: "
+        "no image/height feature", setup=_rewrite_first_record("train-00000-of-00002",
+                                                               _without_feature("image/height"))),
+    Bad("imagenet-stats-record-not-an-example", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                 "{root}/report"),
+        "{root}/imagenet_ds/validation-00000-of-00001: record 0: not a tf.train.Example",
+        setup=_rewrite_first_record("validation-00000-of-00001", lambda data: b"\xff\xfe not a protobuf")),
+    Bad("imagenet-stats-no-records", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out", "{root}/report"),
+        "{root}/imagenet_ds: its validation shards hold no records",
+        setup=_empty_files("imagenet_ds/validation-00000-of-00001")),
+    Bad("imagenet-verify-manifest-splits-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"),
+        "MANIFEST.json: splits is not an object", setup=_edit_manifest("imagenet_ds", _set("splits", []))),
+    Bad("imagenet-verify-manifest-split-records-a-string", ("imagenet-prep", "verify", "{root}/imagenet_ds"),
+        "MANIFEST.json: splits.train.records is '16', not a record count",
+        setup=_edit_manifest("imagenet_ds", lambda d: {**d, "splits": {**d["splits"], "train": {"records": "16"}}})),
+    Bad("imagenet-verify-manifest-file-records-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"),
+        "MANIFEST.json: the records of train-00000-of-00002 is [12], not a record count",
+        setup=_edit_manifest("imagenet_ds", lambda d: {**d, "files": [
+            {**f, "records": [f["records"]]} if f["path"] == "train-00000-of-00002" else f for f in d["files"]]})),
 
     # --- imagenet-prep convert: counts refused by their flag before anything is listed or written
     Bad("imagenet-convert-train-shards-0", convert("{root}/new_ds", train_shards="0"),

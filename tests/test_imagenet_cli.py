@@ -93,13 +93,27 @@ def _set_bytes(key, value):
     return change
 
 
+def _break_scan(data: bytes) -> bytes:
+    """The JPEG with its first scan naming a component its frame lacks: the header reads fine, decoding fails."""
+    pos = 2
+    while data[pos + 1] != 0xDA:
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return data[:pos + 5] + b"\x09" + data[pos + 6:]
+
+
 @pytest.mark.parametrize("damage, message", [
+    (_set_int("image/class/label", 0), "record 0 (n0"),
     (_set_int("image/class/label", 0), "image/class/label 0 outside 1..1000"),
     (_set_int("image/class/label", 2), "label 2 is n01443537 in the sorted synset list"),
     (_set_int("image/height", 7), "record says"),
     (_set_bytes("image/encoded", lambda d: d[:-2]), "no end-of-image marker"),
     (_set_bytes("image/encoded", lambda d: b"\x89PNG" + d[4:]), "start-of-image"),
-    (lambda feat: feat.pop("image/class/synset"), "does not parse with the 15-key ImageNet schema"),
+    (lambda feat: feat.pop("image/class/synset"),
+     "record 0: does not parse with the 15-key ImageNet schema: no image/class/synset feature"),
+    (lambda feat: feat["image/height"].ClearField("int64_list") or feat["image/height"].float_list.value.append(1.0),
+     "record 0: does not parse with the 15-key ImageNet schema: feature image/height is float, expected int64"),
+    (_set_bytes("image/encoded", _break_scan),
+     "image/encoded does not decode with tf.io.decode_jpeg (Invalid JPEG data or crop window)"),
     (lambda feat: feat["image/object/bbox/xmin"].float_list.value.append(0.5), "bbox lists of different lengths"),
 ])
 def test_verify_finds_damaged_records(converted, capsys, tmp_path, damage, message):
@@ -108,8 +122,9 @@ def test_verify_finds_damaged_records(converted, capsys, tmp_path, damage, messa
     _rewrite_record(folder, "train-00001-of-00003", damage)
     rc, _, err = _run(capsys, ["verify", str(folder)])
     assert rc == 1
-    assert err.startswith(f"imagenet-prep: error: {folder / 'train-00001-of-00003'}") and message in err, err
+    assert err.startswith(f"imagenet-prep: error: {folder / 'train-00001-of-00003'}: record 0") and message in err, err
     assert err.count("\n") == 1
+    assert "{{" not in err and "[Op:" not in err and "::" not in err, err  # none of TensorFlow's internals
 
 
 def test_verify_finds_damaged_files(converted, capsys, tmp_path):
