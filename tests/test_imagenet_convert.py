@@ -528,8 +528,8 @@ def test_a_truncated_archive_is_named_with_the_member_it_ends_in(small_tree, tmp
     tar.write_bytes(data[:len(data) - 10240 - 2048])  # into the second per-class tar
     with pytest.raises(PrepError, match=r"train.tar: truncated \(the data ends inside 'n02102040.tar'\)"):
         convert.make_plan(tar, None)
-    assert len(convert.make_plan(_damaged_train_tar(Path(small_tree["train_dir"]), tmp_path / "good.tar",
-                                                    lambda name, data: data), None)["splits"]["train"]["files"]) == 4
+    good = _damaged_train_tar(Path(small_tree["train_dir"]), tmp_path / "good.tar", lambda name, data: data)
+    assert len(convert.make_plan(good, None, train_shards=1)["splits"]["train"]["files"]) == 4
 
 
 # ---------------------------------------------------------------------------------------------
