@@ -205,6 +205,42 @@ def _empty_files(*rels: str) -> Callable[[Path], None]:
     return setup
 
 
+def _relabelled(root: Path) -> None:
+    lines = (root / "imagenet" / "validation_labels.txt").read_text().splitlines(True)
+    (root / "other_labels.txt").write_text("".join([lines[2], *lines[1:2], lines[0], *lines[3:]]))
+
+
+def _copy_less_one(src: str, dest: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        shutil.copytree(root / src, root / dest)
+        sorted((root / dest).rglob("*.JPEG"))[-1].unlink()
+    return setup
+
+
+def _copy_one_longer(src: str, dest: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        shutil.copytree(root / src, root / dest)
+        image = sorted((root / dest).rglob("*.JPEG"))[0]
+        image.write_bytes(image.read_bytes() + b"\0")
+    return setup
+
+
+def _synsets_and_one_more(root: Path) -> None:
+    wnids = (root / "imagenet" / "synsets.txt").read_text().split()
+    (root / "synsets5.txt").write_text("".join(w + "\n" for w in sorted(wnids + ["n15075141"])))
+
+
+def _copy(src: str, dest: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        (root / dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / src, root / dest)
+    return setup
+
+
+def _remove(rel: str) -> Callable[[Path], None]:
+    return lambda root: (root / rel).unlink()
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -281,6 +317,28 @@ CASES: list[Bad] = [
     Bad("imagenet-convert-max-pixels-0", convert("{root}/new_ds", max_pixels="0"),
         "--max-pixels 0: must be a positive integer"),
     Bad("imagenet-convert-train-shards-0-into-a-dataset", convert(train_shards="0"), "--train-shards 0"),
+    # --- imagenet-prep convert into imagenet_ds from other inputs: refused before any work, naming the input
+    Bad("imagenet-convert-other-val-labels", convert(val_labels="{root}/other_labels.txt"),
+        "{root}/imagenet_ds: holds an ImageNet dataset made with other parameters (--val-labels 8 labels (sha256 ",
+        setup=_relabelled),
+    Bad("imagenet-convert-other-train-tree", convert(train_dir="{root}/train2"),
+        ") there, 23 files (sha256 ", setup=_copy_less_one("imagenet/train", "train2")),
+    Bad("imagenet-convert-other-validation-tree", convert(validation_dir="{root}/validation2"),
+        "(--validation-dir 8 files (sha256 ", setup=_copy_one_longer("imagenet/validation", "validation2")),
+    Bad("imagenet-convert-other-synsets-file", convert(synsets_file="{root}/synsets5.txt"),
+        "(--synsets-file 4 synsets (sha256 ", setup=_synsets_and_one_more),
+    Bad("imagenet-convert-dataset-without-its-plan", convert(),
+        "{root}/imagenet_ds: holds an ImageNet dataset whose inputs cannot be compared with these",
+        setup=_remove("imagenet_ds/.work/plan.json")),
+    Bad("imagenet-convert-into-another-tools-shards", convert("{root}/foreign"),
+        "{root}/foreign/train-00000-of-00002: a shard or index file that no MANIFEST.json or .work/plan.json",
+        setup=_copy("imagenet_ds/train-00000-of-00002", "foreign/train-00000-of-00002")),
+    Bad("imagenet-convert-beside-a-shard-of-other-counts", convert(),
+        "{root}/imagenet_ds/train-00000-of-00003: not a shard of this conversion (other shard counts?)",
+        setup=_write("imagenet_ds/train-00000-of-00003", b"")),
+    Bad("imagenet-convert-output-dir-is-a-file", convert("{root}/corpus.txt"),
+        "--output-dir {root}/corpus.txt: not a folder"),
+
     # --- imagenet-prep convert: what is wrong is named where it is
     Bad("imagenet-convert-corrupt-class-tar-inside-the-train-tar",
         convert("{root}/new_ds", train_dir="{root}/ILSVRC2012_img_train.tar"),

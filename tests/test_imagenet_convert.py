@@ -646,7 +646,7 @@ def test_write_shard_and_finalize_refuse_what_does_not_match_the_plan(small_tree
         convert.finalize(plan, tmp_path, [r0])
     r1 = convert.write_shard(plan, "train", 1, tmp_path)
     (tmp_path / "train-00000-of-00003").write_bytes(b"")  # left over from a run with other shard counts
-    with pytest.raises(PrepError, match="not a shard of this plan"):
+    with pytest.raises(PrepError, match="not a shard of this conversion"):
         convert.finalize(plan, tmp_path, [r0, r1])
     (tmp_path / "train-00000-of-00003").unlink()
     m = convert.finalize(plan, tmp_path, [r1, r0])
