@@ -15,6 +15,8 @@ The plan also records what identifies the inputs (`make_plan`'s identity: the na
 the image trees, the labels, synsets and names read), never where they live. `check_output_dir`
 compares it, the seed, the shard counts and the options that decide what is left out with those
 of the dataset an output folder holds, before anything is written, and refuses any difference.
+`convert_dataset` (the `imagenet-prep convert` command) leaves a folder holding this very dataset
+untouched, and a failed or interrupted run leaves the folder as it found it.
 
 Records carry the 15 keys of build_imagenet_data.py with the same types. Unlike that script the
 inputs are sorted before the shuffle (its glob order was not), validation may be flat with any of
@@ -31,6 +33,7 @@ extracted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,7 +43,7 @@ import tarfile
 from pathlib import Path
 from typing import Callable
 
-from shardkit.atomic import remove_all_stale_temps, write_json
+from shardkit.atomic import remove_all_stale_temps, remove_stale_temps, write_bytes, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, write_manifest
 from shardkit.records import RecordWriter, check_index_size
@@ -487,7 +490,8 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path) -> d
                     img = images.prepare_image(reader.read(i), max_pixels=max_pixels, verify_decode=verify)
                 except images.ImageRejected as e:
                     if strict:
-                        raise PrepError(f"{reader.where(i)}: {e}") from None
+                        raise PrepError(f"{reader.where(i)}: {e}; --strict fails on an unreadable image instead "
+                                        f"of leaving it out") from None
                     left_out.append({"file": file_id, "reason": str(e)})
                     continue
                 if img.converted:
@@ -501,7 +505,8 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path) -> d
                             boxes = labels.read_bbox_xml(xml, wnid, challenge)
                         except (SyntaxError, ValueError, OSError) as e:  # ET.ParseError is a SyntaxError
                             if strict:
-                                raise PrepError(f"{xml}: unreadable bounding-box annotation ({e})") from None
+                                raise PrepError(f"{xml}: unreadable bounding-box annotation ({e}); --strict "
+                                                f"fails on it instead of leaving the boxes out") from None
                             problems.append({"file": f"bbox/{wnid}/{xml.name}", "reason": str(e)})
                 boxes_written += len(boxes)
                 writer.write(_example(img, basename, label, wnid, names[label - 1], boxes))
@@ -724,22 +729,79 @@ def _write_one(job: tuple[str, int, str]) -> dict:
 def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, **plan_args) -> dict:
     """make_plan + every shard (with `workers` processes) + finalize; writes output_dir/.work/plan.json too.
 
-    Returns the manifest. The bytes do not depend on `workers`.
+    Returns the manifest. The bytes do not depend on `workers`. Everything that can be checked is,
+    before anything is written: the parameters, the inputs and their labels (make_plan), and what
+    output_dir holds (check_output_dir). A folder already holding this very dataset, finished and with
+    every file at its listed size, is returned as it is: nothing is rewritten. A run that fails
+    afterwards (with `strict`, an unreadable image) or is interrupted leaves the folder as it found it.
     """
     check_parameters(workers=workers)
     output_dir = Path(output_dir)
     plan = make_plan(train_dir, validation_dir, val_labels, **plan_args)
-    check_output_dir(output_dir, plan)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_plan(plan, output_dir / WORK_DIR / PLAN_NAME)
-    jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]
-            for i in range(plan["splits"][split]["num_shards"])]
-    if workers == 1:
-        results = [write_shard(plan, s, i, output_dir) for s, i, _ in jobs]
-    else:
-        import multiprocessing
+    held = check_output_dir(output_dir, plan)
+    if held is not None and _intact(output_dir, held):
+        dropped = held["left_out"] + held["annotation_problems"]
+        if plan["options"]["strict"] and dropped:
+            more = f" and {len(dropped) - 1} more" if len(dropped) > 1 else ""
+            raise PrepError(f"{output_dir}: holds this dataset made without --strict, which left out "
+                            f"{dropped[0]['file']}{more} ({dropped[0]['reason']}); --strict fails on them: give "
+                            f"another --output-dir")
+        return held
+    with _undone_on_failure(output_dir, plan):
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_plan(plan, output_dir / WORK_DIR / PLAN_NAME)
+        jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]
+                for i in range(plan["splits"][split]["num_shards"])]
+        if workers == 1:
+            results = [write_shard(plan, s, i, output_dir) for s, i, _ in jobs]
+        else:
+            import multiprocessing
 
-        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with ctx.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(plan,)) as pool:
-            results = pool.map(_write_one, jobs, chunksize=1)
-    return finalize(plan, output_dir, results)
+            ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+            with ctx.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(plan,)) as pool:
+                # As they finish: the first failure stops the run (map would write every other shard first);
+                # finalize orders the results by shard.
+                results = list(pool.imap_unordered(_write_one, jobs, chunksize=1))
+        return finalize(plan, output_dir, results)
+
+
+def _intact(output_dir: Path, manifest: dict) -> bool:
+    """Every file MANIFEST.json lists is there at its listed size (what a receipt checks; not the checksums),
+    and the manifest has the summaries finalize writes (what the command prints)."""
+    try:
+        return (all((output_dir / f["path"]).stat().st_size == f["size"] for f in manifest["files"])
+                and all(isinstance(st[k], int) for st in manifest["splits"].values()
+                        for k in ("records", "shards", "left_out", "converted"))
+                and all(isinstance(d["file"], str) and isinstance(d["reason"], str)
+                        for k in ("left_out", "annotation_problems") for d in manifest[k]))
+    except (OSError, KeyError, TypeError, AttributeError):
+        return False
+
+
+@contextlib.contextmanager
+def _undone_on_failure(output_dir: Path, plan: dict):
+    """On an exception or Ctrl-C in the block, leave output_dir as it was before: remove the files and folders
+    the block created (shards, index files, MANIFEST.json, the plan) and their temporaries, and put back a
+    plan it replaced. A shard that was there before stays: check_output_dir found it to be of this
+    dataset, so the block rewrote it with the same bytes."""
+    output_dir = output_dir.absolute()
+    plan_path = output_dir / WORK_DIR / PLAN_NAME
+    outputs = [output_dir / MANIFEST, plan_path] + [q for name in _shard_names(plan)
+                                                    for q in (output_dir / name, index_path(output_dir, name))]
+    existed = {q for q in outputs if q.exists()}
+    old_plan = plan_path.read_bytes() if plan_path in existed else None
+    folders = [d for d in (*reversed(output_dir.parents), output_dir, output_dir / WORK_DIR, output_dir / IDX_DIR)
+               if not d.exists()]
+    try:
+        yield
+    except BaseException:
+        for q in outputs:
+            remove_stale_temps(q)  # those of pool workers stopped mid-write
+            if q not in existed:
+                q.unlink(missing_ok=True)
+        if old_plan is not None and (not plan_path.is_file() or plan_path.read_bytes() != old_plan):
+            write_bytes(plan_path, old_plan)
+        for d in reversed(folders):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only when empty: never what someone else put there meanwhile
+        raise

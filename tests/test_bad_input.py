@@ -205,6 +205,28 @@ def _empty_files(*rels: str) -> Callable[[Path], None]:
     return setup
 
 
+def _then(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        for step in setups:
+            step(root)
+    return setup
+
+
+_unreadable_image = _write("imagenet/train/n01440764/bad.JPEG", "not an image\n")
+
+
+def _converted_without_strict(output_dir: str) -> Callable[[Path], None]:
+    """A dataset converted from imagenet/ as it is then (with _unreadable_image: that image left out)."""
+    def setup(root: Path) -> None:
+        from imagenet_prep import convert as imagenet_convert
+
+        flags = {k: _expand(v, root) for k, v in IMAGENET_FLAGS.items()}
+        imagenet_convert.convert_dataset(
+            flags["--train-dir"], flags["--validation-dir"], flags["--val-labels"], root / output_dir,
+            synsets_file=flags["--synsets-file"], train_shards=2, validation_shards=1)
+    return setup
+
+
 def _relabelled(root: Path) -> None:
     lines = (root / "imagenet" / "validation_labels.txt").read_text().splitlines(True)
     (root / "other_labels.txt").write_text("".join([lines[2], *lines[1:2], lines[0], *lines[3:]]))
@@ -317,6 +339,18 @@ CASES: list[Bad] = [
     Bad("imagenet-convert-max-pixels-0", convert("{root}/new_ds", max_pixels="0"),
         "--max-pixels 0: must be a positive integer"),
     Bad("imagenet-convert-train-shards-0-into-a-dataset", convert(train_shards="0"), "--train-shards 0"),
+    # --- imagenet-prep convert: a failed run leaves nothing of its own, and never changes a good dataset
+    Bad("imagenet-convert-strict-unreadable-image-into-a-new-folder", convert("{root}/new/ds", strict=True),
+        "{root}/imagenet/train/n01440764/bad.JPEG: not an image (no decoder recognises the content); --strict "
+        "fails on an unreadable image instead of leaving it out", setup=_unreadable_image),
+    Bad("imagenet-convert-strict-unreadable-image-with-workers", convert("{root}/new_ds", strict=True, workers="2"),
+        "bad.JPEG: not an image", setup=_unreadable_image),
+    Bad("imagenet-convert-strict-unreadable-image-into-a-folder-of-the-users", convert("{root}/mine", strict=True),
+        "bad.JPEG: not an image", setup=_then(_unreadable_image, _write("mine/notes.txt", "mine\n"))),
+    Bad("imagenet-convert-strict-into-a-dataset-that-left-an-image-out", convert("{root}/lossy_ds", strict=True),
+        "{root}/lossy_ds: holds this dataset made without --strict, which left out train/n01440764/bad.JPEG (not an "
+        "image (no decoder recognises the content)); --strict fails on them: give another --output-dir", setup=_then(_unreadable_image, _converted_without_strict("lossy_ds"))),
+
     # --- imagenet-prep convert into imagenet_ds from other inputs: refused before any work, naming the input
     Bad("imagenet-convert-other-val-labels", convert(val_labels="{root}/other_labels.txt"),
         "{root}/imagenet_ds: holds an ImageNet dataset made with other parameters (--val-labels 8 labels (sha256 ",

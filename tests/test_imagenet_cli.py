@@ -202,6 +202,27 @@ def test_convert_into_a_dataset_made_otherwise_is_refused_and_changes_nothing(co
     assert _tree_bytes(target) == before  # refused before anything was written
 
 
+def test_convert_into_the_same_dataset_does_nothing_wherever_the_inputs_are(converted, capsys, tmp_path):
+    root, out = converted
+    target = _copy(out, tmp_path / "out")
+    before = _tree_bytes(target)
+    moved = _other_inputs(root, tmp_path)["MOVED"]
+    for raw in (str(root / "raw"), moved):  # the same images elsewhere are the same inputs
+        argv = ["convert", "--train-dir", f"{raw}/train", "--validation-dir", f"{raw}/validation", "--val-labels",
+                f"{raw}/{samples.VAL_LABELS_NAME}", "--output-dir", str(target), "--train-shards", "3",
+                "--validation-shards", "2"]
+        rc, stdout, err = _run(capsys, argv)
+        assert rc == 0, err
+        assert f"{target} already holds this dataset" in stdout
+        assert _tree_bytes(target) == before
+    (target / "train-00001-of-00003").unlink()  # no longer intact: made again, the same bytes
+    rc, stdout, err = _run(capsys, argv)
+    assert rc == 0 and f"wrote {target}" in stdout, err
+    assert _tree_bytes(target).keys() == before.keys()
+    assert {k: v for k, v in _tree_bytes(target).items() if k != ".work/plan.json"} == \
+        {k: v for k, v in before.items() if k != ".work/plan.json"}
+
+
 def test_convert_into_a_dataset_whose_inputs_are_unknown_is_refused(converted, capsys, tmp_path):
     root, out = converted
     raw = root / "raw"

@@ -235,13 +235,57 @@ def test_cmyk_is_converted_with_the_right_colours(tf):
     assert np.abs(mean - np.array(colour)).max() < 4, mean
 
 
-def test_strict_fails_on_the_first_unreadable_file(quirks, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_strict_fails_on_the_first_unreadable_file_and_leaves_nothing(quirks, tmp_path, workers):
     tree = quirks["tree"]
+    out = tmp_path / "new" / "out"
     with pytest.raises(PrepError) as e:
-        convert.convert_dataset(tree["train_dir"], None, None, tmp_path / "out", train_shards=1, strict=True)
+        convert.convert_dataset(tree["train_dir"], None, None, out, train_shards=3, strict=True, workers=workers)
     msg = str(e.value)
-    assert "/bad_" in msg and "\n" not in msg
-    assert not list((tmp_path / "out").glob("train-*"))  # nothing half-written
+    assert "/bad_" in msg and "; --strict fails on an unreadable image instead of leaving it out" in msg
+    assert "\n" not in msg
+    assert not (tmp_path / "new").exists()  # no shard, index, plan or folder of a run that failed
+
+
+def test_a_failed_run_leaves_a_folder_as_it_found_it(small_tree, tmp_path, monkeypatch):
+    """Interrupted (Ctrl-C) or failing in a worker, in a folder of the user's, or in one holding this dataset."""
+    tree = small_tree
+    mine = tmp_path / "mine"
+    (mine / "idx").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine\n")
+    real_write_shard = convert.write_shard
+
+    def failing_at(index: int, error: BaseException):
+        def write_shard(plan, split, i, output_dir):
+            if (split, i) == ("train", index):
+                raise error
+            return real_write_shard(plan, split, i, output_dir)
+        return write_shard
+
+    args = (tree["train_dir"], tree["validation_dir"], tree["val_labels"])
+    kw = {"train_shards": 2, "validation_shards": 2}
+    monkeypatch.setattr(convert, "write_shard", failing_at(1, KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        convert.convert_dataset(*args, mine, **kw)
+    assert folder_bytes(mine) == {"notes.txt": b"mine\n"} and (mine / "idx").is_dir()
+    monkeypatch.setattr(convert, "write_shard", failing_at(0, PrepError("disk full, say")))
+    with pytest.raises(PrepError, match="disk full"):
+        convert.convert_dataset(*args, mine, workers=2, **kw)
+    assert folder_bytes(mine) == {"notes.txt": b"mine\n"}
+
+    monkeypatch.setattr(convert, "write_shard", real_write_shard)
+    good = tmp_path / "good"
+    convert.convert_dataset(*args, good, **kw)
+    before = folder_bytes(good)
+    (good / "train-00001-of-00002").unlink()  # a damaged dataset is made again, and its plan rewritten ...
+    (good / ".work" / "plan.json").write_text((good / ".work" / "plan.json").read_text().replace("false", "false "))
+    monkeypatch.setattr(convert, "write_shard", failing_at(1, KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        convert.convert_dataset(*args, good, **kw)
+    after = folder_bytes(good)  # ... but a failed attempt takes back what it wrote, and puts back the old plan
+    assert after == {k: v for k, v in before.items() if k not in ("train-00001-of-00002", ".work/plan.json")} | \
+        {".work/plan.json": after[".work/plan.json"]}
+    assert after[".work/plan.json"].count(b"false ") == 2
 
 
 def test_verify_decode_catches_what_the_header_cannot(tf):
