@@ -110,6 +110,7 @@ def _check_record(tf, shard: Path, index: int, rec: dict, j: int, synsets: list[
         try:
             shape = tuple(tf.io.decode_jpeg(data, channels=3).shape)
         except tf.errors.InvalidArgumentError as e:
-            raise PrepError(f"{where}: image/encoded does not decode with tf.io.decode_jpeg ({error_text(e)})") from None
+            raise PrepError(f"{where}: image/encoded does not decode with tf.io.decode_jpeg "
+                            f"({error_text(e)})") from None
         if shape != (h, w, 3):
             raise PrepError(f"{where}: decodes to {shape}, record says {h}x{w}x3")

@@ -349,7 +349,8 @@ CASES: list[Bad] = [
         "bad.JPEG: not an image", setup=_then(_unreadable_image, _write("mine/notes.txt", "mine\n"))),
     Bad("imagenet-convert-strict-into-a-dataset-that-left-an-image-out", convert("{root}/lossy_ds", strict=True),
         "{root}/lossy_ds: holds this dataset made without --strict, which left out train/n01440764/bad.JPEG (not an "
-        "image (no decoder recognises the content)); --strict fails on them: give another --output-dir", setup=_then(_unreadable_image, _converted_without_strict("lossy_ds"))),
+        "image (no decoder recognises the content)); --strict fails on them: give another --output-dir",
+        setup=_then(_unreadable_image, _converted_without_strict("lossy_ds"))),
 
     # --- imagenet-prep convert into imagenet_ds from other inputs: refused before any work, naming the input
     Bad("imagenet-convert-other-val-labels", convert(val_labels="{root}/other_labels.txt"),
@@ -378,6 +379,11 @@ CASES: list[Bad] = [
         convert("{root}/new_ds", train_dir="{root}/ILSVRC2012_img_train.tar"),
         "{root}/ILSVRC2012_img_train.tar: n01440764.tar: not a readable tar archive",
         setup=_train_tar_with_a_corrupt_class),
+    Bad("imagenet-convert-synsets-file-is-a-folder", convert("{root}/new_ds", synsets_file="{root}/imagenet"),
+        "{root}/imagenet: a folder, not a text file"),
+    Bad("imagenet-convert-val-labels-not-text",
+        convert("{root}/new_ds", val_labels="{root}/imagenet_ds/train-00000-of-00002"),
+        "train-00000-of-00002: not a UTF-8 text file (byte "),
     Bad("imagenet-convert-too-many-shards", convert("{root}/new_ds", validation_shards="9"),
         "--validation-shards 9 is more than the 8 validation images found"),
 ]
