@@ -583,7 +583,7 @@ def _read_held(path: Path, output_dir: Path) -> tuple[dict, dict] | None:
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
-        raise PrepError(f"{path}: not an ImageNet dataset's file; remove {output_dir} to rebuild it") from None
+        raise PrepError(f"{path}: not an ImageNet dataset's {path.name}; give another --output-dir") from None
 
 
 def check_output_dir(output_dir: str | Path, plan: dict | Callable[[], dict]) -> dict | None:

@@ -371,6 +371,8 @@ CASES: list[Bad] = [
     Bad("imagenet-convert-beside-a-shard-of-other-counts", convert(),
         "{root}/imagenet_ds/train-00000-of-00003: not a shard of this conversion (other shard counts?)",
         setup=_write("imagenet_ds/train-00000-of-00003", b"")),
+    Bad("imagenet-convert-into-a-wiki-dataset", convert("{root}/wiki_ds"),
+        "{root}/wiki_ds/MANIFEST.json: not an ImageNet dataset's MANIFEST.json; give another --output-dir"),
     Bad("imagenet-convert-output-dir-is-a-file", convert("{root}/corpus.txt"),
         "--output-dir {root}/corpus.txt: not a folder"),
 
