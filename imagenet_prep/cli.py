@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from shardkit.cli import run
-from shardkit.errors import PrepError
+from shardkit.manifest import MANIFEST
 
 from . import convert, images, stats, verify
 
@@ -58,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _convert(args: argparse.Namespace) -> None:
-    if args.train_dir is None and args.validation_dir is None:
-        raise PrepError("convert: give --train-dir and/or --validation-dir")
+    manifest_path = Path(args.output_dir) / MANIFEST
+    before = _identity(manifest_path)
     manifest = convert.convert_dataset(
         args.train_dir, args.validation_dir, args.val_labels, args.output_dir, workers=args.workers,
         synsets_file=args.synsets_file, metadata_file=args.metadata_file, bbox_dir=args.bbox_dir,
@@ -68,7 +68,19 @@ def _convert(args: argparse.Namespace) -> None:
     for split, st in manifest["splits"].items():
         print(f"{split}: {st['records']} records in {st['shards']} shards, {st['left_out']} left out, "
               f"{st['converted']} re-encoded")
-    print(f"wrote {args.output_dir} (MANIFEST.json lists the files left out and why)")
+    if before is not None and _identity(manifest_path) == before:
+        print(f"{args.output_dir} already holds this dataset (same parameters and inputs); nothing written")
+    else:
+        print(f"wrote {args.output_dir} (MANIFEST.json lists the files left out and why)")
+
+
+def _identity(path: Path) -> tuple | None:
+    """Which file is at `path` (inode, mtime, size): a rewritten manifest is a new file, committed by rename."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _verify(args: argparse.Namespace) -> None:

@@ -11,6 +11,13 @@ Three steps, each a plain function so that a Luigi task can wrap each one:
 3. `finalize` checks every shard is there and writes MANIFEST.json (sha256, size, record counts,
    and the input files left out and why).
 
+The plan also records what identifies the inputs (`make_plan`'s identity: the names and sizes of
+the image trees, the labels, synsets and names read), never where they live. `check_output_dir`
+compares it, the seed, the shard counts and the options that decide what is left out with those
+of the dataset an output folder holds, before anything is written, and refuses any difference.
+`convert_dataset` (the `imagenet-prep convert` command) leaves a folder holding this very dataset
+untouched, and a failed or interrupted run leaves the folder as it found it.
+
 Records carry the 15 keys of build_imagenet_data.py with the same types. Unlike that script the
 inputs are sorted before the shuffle (its glob order was not), validation may be flat with any of
 three label files, CMYK/PNG images are found by content, the size comes from the JPEG header
@@ -26,14 +33,17 @@ extracted.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import random
 import re
 import tarfile
 from pathlib import Path
+from typing import Callable
 
-from shardkit.atomic import remove_all_stale_temps, write_json
+from shardkit.atomic import remove_all_stale_temps, remove_stale_temps, write_bytes, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, write_manifest
 from shardkit.records import RecordWriter, check_index_size
@@ -45,6 +55,7 @@ PLAN_FORMAT = "imagenet_prep.plan/1"
 SPLITS = ("train", "validation")
 IDX_DIR = "idx"
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+WORK_DIR, PLAN_NAME = ".work", "plan.json"  # the plan, in a hidden folder: it names machine-specific paths
 SHARD_RE = re.compile(r"(train|validation)-(\d{5})-of-(\d{5})")
 
 
@@ -71,65 +82,103 @@ def _is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_SUFFIXES)
 
 
-def _list_dir(root: Path) -> tuple[list[str], set[str]]:
-    """(relative paths of files one and two levels down, top-level folder names); hidden names skipped."""
-    files, dirs = [], set()
+def _list_dir(root: Path) -> tuple[list[str], set[str], dict[str, int]]:
+    """(relative paths of files one and two levels down, top-level folder names, {file: size}); hidden names
+    skipped. Nested folders are listed as `<top>/<name>/`, without a size."""
+    files, dirs, sizes = [], set(), {}
+
+    def size(entry: os.DirEntry) -> int:
+        try:
+            return entry.stat().st_size
+        except OSError as e:
+            raise PrepError(f"{entry.path}: cannot be listed ({e.strerror or e})") from None
+
     with os.scandir(root) as tops:
         for top in tops:
             if top.name.startswith("."):
                 continue
             if not top.is_dir():
                 files.append(top.name)
+                sizes[top.name] = size(top)
                 continue
             dirs.add(top.name)
             with os.scandir(top.path) as subs:
                 for sub in subs:
-                    if not sub.name.startswith("."):
-                        files.append(f"{top.name}/{sub.name}" + ("/" if sub.is_dir() else ""))
-    return files, dirs
+                    if sub.name.startswith("."):
+                        continue
+                    rel = f"{top.name}/{sub.name}"
+                    if sub.is_dir():
+                        files.append(rel + "/")
+                    else:
+                        files.append(rel)
+                        sizes[rel] = size(sub)
+    return files, dirs, sizes
 
 
-def _safe_member_name(tar_path: Path, member: tarfile.TarInfo, prefix: str = "") -> str | None:
+def _safe_member_name(where: str, member: tarfile.TarInfo) -> str | None:
     """The member's relative name, None for folders; PrepError for anything that is not a plain file
-    at a plain relative path (absolute, '..', links, devices, sparse files)."""
+    at a plain relative path (absolute, '..', links, devices, sparse files). `where` names the archive."""
     name = member.name
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
     if name.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
-        raise PrepError(f"{tar_path}: unsafe member path {prefix}{name!r} (absolute or leaving the archive)")
+        raise PrepError(f"{where}: unsafe member path {name!r} (absolute or leaving the archive)")
     if member.isdir():
         return None
     if not member.isreg() or member.issparse():
-        raise PrepError(f"{tar_path}: member {prefix}{name!r} is a link, device or sparse file; "
-                        f"only plain files are accepted")
+        raise PrepError(f"{where}: member {name!r} is a link, device or sparse file; only plain files are accepted")
     return "/".join(parts)
+
+
+def _check_tar_end(where: str, archive: tarfile.TarFile, fileobj, size: int) -> None:
+    """PrepError unless `archive` stopped at its end. tarfile takes a corrupt header after the first
+    for the end of the archive and silently drops every member after it; a real end is the end of
+    the data or a zero block. Every member must also lie within the `size` bytes of the archive."""
+    last = archive.members[-1] if archive.members else None
+    if last is not None and last.offset_data + last.size > size:
+        raise PrepError(f"{where}: truncated (the data ends inside {last.name!r})")
+    fileobj.seek(archive.offset)
+    block = fileobj.read(tarfile.BLOCKSIZE)
+    if block.strip(b"\0"):
+        raise PrepError(f"{where}: corrupt at byte {archive.offset} (not a tar header there); the members from "
+                        f"there on cannot be listed")
 
 
 def _list_tar(tar_path: Path) -> tuple[list[str], set[str], dict[str, tuple[int, int]]]:
     """Like _list_dir for an uncompressed tar, plus {relative path: (offset, size)} of each file.
 
     A member `<wnid>.tar` (the layout of ILSVRC2012_img_train.tar) is opened in place and its
-    files listed as `<wnid>/<name>`.
+    files listed as `<wnid>/<name>`; a problem inside it is reported as `<archive>: <wnid>.tar: ...`.
     """
     files, dirs, where = [], set(), {}
-    try:
-        with open(tar_path, "rb") as raw, tarfile.open(fileobj=raw, mode="r:") as outer:
-            for m in outer:
-                rel = _safe_member_name(tar_path, m)
+    with open(tar_path, "rb") as raw:
+        size = os.fstat(raw.fileno()).st_size
+        try:
+            outer = tarfile.open(fileobj=raw, mode="r:")
+        except tarfile.TarError as e:
+            raise PrepError(f"{tar_path}: not an uncompressed tar archive ({e}); compressed archives cannot be "
+                            f"read in place, decompress or extract them first") from None
+        with outer:
+            members = iter(outer)
+            while True:
+                try:
+                    m = next(members)
+                except StopIteration:
+                    break
+                except tarfile.TarError as e:
+                    raise PrepError(f"{tar_path}: corrupt or truncated at byte {outer.offset} ({e})") from None
+                if m.offset_data + m.size > size:
+                    raise PrepError(f"{tar_path}: truncated (the data ends inside {m.name!r})")
+                rel = _safe_member_name(str(tar_path), m)
                 if rel is None:
                     dirs.add(m.name.strip("/").split("/")[0])
                     continue
                 if rel.endswith(".tar") and "/" not in rel:
                     wnid = rel[:-4]
                     dirs.add(wnid)
-                    inner_file = outer.extractfile(m)
-                    with tarfile.open(fileobj=inner_file, mode="r:") as inner:
-                        for im in inner:
-                            irel = _safe_member_name(tar_path, im, prefix=f"{rel}:")
-                            if irel is None:
-                                continue
-                            key = f"{wnid}/{irel}"
-                            files.append(key)
-                            where[key] = (m.offset_data + im.offset_data, im.size)
+                    for irel, offset, isize in _list_inner_tar(f"{tar_path}: {rel}", outer.extractfile(m), m.size):
+                        key = f"{wnid}/{irel}"
+                        files.append(key)
+                        where[key] = (m.offset_data + offset, isize)
                     continue
                 parts = rel.split("/")
                 if parts[0].startswith(".") or parts[-1].startswith("."):
@@ -138,24 +187,51 @@ def _list_tar(tar_path: Path) -> tuple[list[str], set[str], dict[str, tuple[int,
                     dirs.add(parts[0])
                 files.append(rel)
                 where[rel] = (m.offset_data, m.size)
-    except tarfile.ReadError as e:
-        raise PrepError(f"{tar_path}: not an uncompressed tar archive ({e}); compressed archives cannot be "
-                        f"read in place, decompress or extract them first") from None
+            _check_tar_end(str(tar_path), outer, raw, size)
     return files, dirs, where
 
 
-def _open_input(path: str | Path, what: str) -> tuple[dict, list[str], set[str], dict | None]:
-    """(source description for the plan, file list, top-level folders, tar offsets or None)."""
+def _list_inner_tar(where: str, fileobj, size: int) -> list[tuple[str, int, int]]:
+    """(relative name, data offset within the member, size) of each file of a per-class tar inside an archive."""
+    out = []
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r:") as inner:
+            for im in inner:
+                irel = _safe_member_name(where, im)
+                if irel is not None:
+                    out.append((irel, im.offset_data, im.size))
+            _check_tar_end(where, inner, fileobj, size)
+    except tarfile.TarError as e:
+        raise PrepError(f"{where}: not a readable tar archive ({e})") from None
+    return out
+
+
+def _open_input(path: str | Path, what: str) -> tuple[dict, list[str], set[str], dict[str, int], dict | None]:
+    """(source description for the plan, file list, top-level folders, {file: size}, tar offsets or None)."""
     p = Path(path).resolve()
     if p.is_dir():
-        files, dirs = _list_dir(p)
-        return {"kind": "dir", "path": str(p)}, files, dirs, None
+        files, dirs, sizes = _list_dir(p)
+        return {"kind": "dir", "path": str(p)}, files, dirs, sizes, None
     if p.is_file():
         if not p.name.endswith(".tar"):
             raise PrepError(f"{p}: {what} must be a folder or an uncompressed .tar archive")
         files, dirs, where = _list_tar(p)
-        return {"kind": "tar", "path": str(p)}, files, dirs, where
+        return {"kind": "tar", "path": str(p)}, files, dirs, {rel: size for rel, (_, size) in where.items()}, where
     raise PrepError(f"{p}: {what} not found")
+
+
+def _digest(lines) -> str:
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line.encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def _listing_identity(files: list[str], sizes: dict[str, int]) -> dict:
+    """What identifies a tree of inputs cheaply: its relative file names and sizes (never where it lives, never
+    the bytes themselves, which would mean reading every image twice). The same tree as a folder or a tar
+    archive gives the same identity."""
+    return {"count": len(files), "sha256": _digest(f"{rel}\t{sizes.get(rel, '')}\n" for rel in sorted(files))}
 
 
 class _Reader:
@@ -183,8 +259,8 @@ class _Reader:
                 raise OSError("archive shorter than when it was planned")
             return data
         except OSError as e:
-            raise PrepError(f"{self.where(i)}: planned input cannot be read now ({e.strerror or e}); "
-                            f"inputs changed since make_plan?") from None
+            raise PrepError(f"{self.where(i)}: cannot be read now ({e.strerror or e}); did the inputs change "
+                            f"since the plan was made?") from None
 
     def close(self):
         if self.tar:
@@ -195,9 +271,11 @@ class _Reader:
 # The plan
 
 def _collect_split(split: str, path, synsets: list[str], index_of: dict[str, int],
-                   stem_labels: dict[str, str] | None, labels_path, ignored: list[dict]) -> dict:
-    """One split's plan entry, files in the sorted pre-shuffle order (label, file name)."""
-    source, files, dirs, where = _open_input(path, f"{split} input")
+                   stem_labels: dict[str, str] | None, labels_path, ignored: list[dict]) -> tuple[dict, dict]:
+    """One split's plan entry, files in the sorted pre-shuffle order (label, file name), and the identity of
+    its input (`_listing_identity`)."""
+    source, files, dirs, sizes, where = _open_input(path, f"{split} input")
+    identity = _listing_identity(files, sizes)
     files.sort()  # listing order is the file system's; messages and the ignored list must not depend on it
     root = source["path"]
     items = []  # (label, basename, rel)
@@ -250,7 +328,7 @@ def _collect_split(split: str, path, synsets: list[str], index_of: dict[str, int
     if where is not None:
         spec["offsets"] = [where[rel][0] for rel in spec["files"]]
         spec["sizes"] = [where[rel][1] for rel in spec["files"]]
-    return spec
+    return spec, identity
 
 
 def _shuffle(spec: dict, seed: int) -> None:
@@ -259,6 +337,16 @@ def _shuffle(spec: dict, seed: int) -> None:
     for key in ("files", "labels", "offsets", "sizes"):
         if key in spec:
             spec[key] = [spec[key][i] for i in order]
+
+
+def check_parameters(**values: int) -> None:
+    """PrepError naming the flag (`--train-shards 0: ...`) unless every value is a valid integer: shard and
+    worker counts and --max-pixels positive, --seed non-negative. Cheap: run before anything is listed or written."""
+    for name, value in values.items():
+        least = 0 if name == "seed" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise PrepError(f"--{name.replace('_', '-')} {value!r}: must be a "
+                            f"{'non-negative' if least == 0 else 'positive'} integer")
 
 
 def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, metadata_file=None,
@@ -273,19 +361,27 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
     left out. verify_decode: fully decode every copied JPEG with PIL (slow). Bad input -> PrepError.
     """
     if train_dir is None and validation_dir is None:
-        raise PrepError("make_plan: neither a train nor a validation input given")
+        raise PrepError("give --train-dir and/or --validation-dir")
     if val_labels is not None and validation_dir is None:
-        raise PrepError(f"{val_labels}: validation labels given without a validation input")
-    for name, value in (("train_shards", train_shards), ("validation_shards", validation_shards),
-                        ("seed", seed), ("max_pixels", max_pixels)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name == "seed" else 1):
-            raise PrepError(f"make_plan: {name}={value!r} must be a {'non-negative' if name == 'seed' else 'positive'}"
-                            f" integer")
+        raise PrepError(f"--val-labels {val_labels}: given without --validation-dir")
+    check_parameters(train_shards=train_shards, validation_shards=validation_shards, seed=seed, max_pixels=max_pixels)
     synsets = labels.load_synsets(synsets_file)
     names = labels.load_names(synsets, metadata_file)
     index_of = {wnid: i for i, wnid in enumerate(synsets)}
     if bbox_dir is not None and not Path(bbox_dir).is_dir():
         raise PrepError(f"{bbox_dir}: bounding-box folder not found (expected <wnid>/<image>.xml)")
+    # What the inputs say, each digested in a canonical form (so the shipped synset list or names given as
+    # a file, or TF's 21,842-line metadata file holding the same names, are the same input): compared by
+    # check_output_dir, so that a rerun from other inputs never returns or mixes with this dataset.
+    identity = {
+        "train_dir": None, "validation_dir": None, "val_labels": None,
+        "synsets_file": {"count": len(synsets), "sha256": _digest(f"{w}\n" for w in synsets)},
+        "metadata_file": {"count": len(synsets), "sha256": _digest(f"{w}\t{names[w]}\n" for w in synsets)},
+        "bbox_dir": None,
+    }
+    if bbox_dir is not None:
+        bbox_files, _, bbox_sizes = _list_dir(Path(bbox_dir))
+        identity["bbox_dir"] = _listing_identity(bbox_files, bbox_sizes)
 
     plan = {
         "format": PLAN_FORMAT,
@@ -300,6 +396,7 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
                    "val_label_source": None,
                    "synsets_file": str(synsets_file) if synsets_file else None,
                    "metadata_file": str(metadata_file) if metadata_file else None},
+        "identity": identity,
         "ignored": [],
         "splits": {},
     }
@@ -311,13 +408,16 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
         if split == "validation":
             if val_labels is not None:
                 stem_labels, kind = labels.read_validation_labels(val_labels, synsets)
+                identity["val_labels"] = {"count": len(stem_labels), "sha256": _digest(
+                    [f"{kind}\n", *(f"{stem} {wnid}\n" for stem, wnid in sorted(stem_labels.items()))])}
             else:
                 kind = "folders"
             plan["inputs"]["val_label_source"] = kind
-        spec = _collect_split(split, path, synsets, index_of, stem_labels,
-                              val_labels if split == "validation" else None, plan["ignored"])
+        spec, identity[f"{split}_dir"] = _collect_split(split, path, synsets, index_of, stem_labels,
+                                                        val_labels if split == "validation" else None,
+                                                        plan["ignored"])
         if shards > len(spec["files"]):
-            raise PrepError(f"{spec['source']['path']}: {split}_shards={shards} is more than the "
+            raise PrepError(f"{spec['source']['path']}: --{split}-shards {shards} is more than the "
                             f"{len(spec['files'])} {split} images found")
         _shuffle(spec, seed)
         spec["num_shards"] = shards
@@ -356,7 +456,7 @@ def _split_spec(plan: dict, split: str, index: int) -> dict:
     if spec is None:
         raise PrepError(f"plan has no {split!r} split (it has {sorted(plan.get('splits', {}))})")
     if not isinstance(index, int) or not 0 <= index < spec["num_shards"]:
-        raise PrepError(f"{split} shard index {index!r} is outside 0..{spec['num_shards'] - 1}")
+        raise PrepError(f"--index {index!r} is outside 0..{spec['num_shards'] - 1}, the {split} shards")
     return spec
 
 
@@ -390,7 +490,8 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path) -> d
                     img = images.prepare_image(reader.read(i), max_pixels=max_pixels, verify_decode=verify)
                 except images.ImageRejected as e:
                     if strict:
-                        raise PrepError(f"{reader.where(i)}: {e}") from None
+                        raise PrepError(f"{reader.where(i)}: {e}; --strict fails on an unreadable image instead "
+                                        f"of leaving it out") from None
                     left_out.append({"file": file_id, "reason": str(e)})
                     continue
                 if img.converted:
@@ -404,7 +505,8 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path) -> d
                             boxes = labels.read_bbox_xml(xml, wnid, challenge)
                         except (SyntaxError, ValueError, OSError) as e:  # ET.ParseError is a SyntaxError
                             if strict:
-                                raise PrepError(f"{xml}: unreadable bounding-box annotation ({e})") from None
+                                raise PrepError(f"{xml}: unreadable bounding-box annotation ({e}); --strict "
+                                                f"fails on it instead of leaving the boxes out") from None
                             problems.append({"file": f"bbox/{wnid}/{xml.name}", "reason": str(e)})
                 boxes_written += len(boxes)
                 writer.write(_example(img, basename, label, wnid, names[label - 1], boxes))
@@ -440,35 +542,119 @@ def _example(img: images.PreparedImage, filename: str, label: int, wnid: str, te
 # ---------------------------------------------------------------------------------------------
 # The manifest
 
-def content_parameters(document: dict) -> dict:
-    """{seed, train_shards, validation_shards} of a plan or a MANIFEST.json: what changes the shards' bytes
-    for the same inputs (None for a split not converted)."""
-    shards_key = "num_shards" if document.get("format") == PLAN_FORMAT else "shards"
-    return {"seed": document["seed"], **{f"{name}_shards": document["splits"][name][shards_key]
-                                         if name in document["splits"] else None for name in SPLITS}}
+# What check_output_dir compares, by the flag that sets it (the tasks' parameters are spelled the same), and
+# for an input's identity the unit its count is in.
+_INPUTS = {"--train-dir": ("train_dir", "files"), "--validation-dir": ("validation_dir", "files"),
+           "--val-labels": ("val_labels", "labels"), "--synsets-file": ("synsets_file", "synsets"),
+           "--metadata-file": ("metadata_file", "names"), "--bbox-dir": ("bbox_dir", "files")}
 
 
-def check_output_dir(output_dir: str | Path, wanted: dict) -> None:
-    """Refuse an output folder that holds an ImageNet dataset made with other `content_parameters`.
+def describe(document: dict) -> dict:
+    """What makes a dataset's bytes, by flag: from a plan, the seed, the shard counts, the identity of every
+    input (see make_plan) and the options that decide which images are left out; from a MANIFEST.json,
+    which names no inputs, the seed and shard counts only. --strict is not among them: a strict run
+    writes the same bytes or fails. KeyError/TypeError/AttributeError for a document that is neither."""
+    plan = document.get("format") == PLAN_FORMAT
+    shards_key = "num_shards" if plan else "shards"
+    out = {"--seed": document["seed"],
+           **{f"--{name}-shards": document["splits"][name][shards_key] if name in document["splits"] else None
+              for name in SPLITS}}
+    if plan:
+        if "identity" in document:  # not in a plan from before inputs were identified: check_output_dir says so
+            out.update({flag: document["identity"][key] for flag, (key, _) in _INPUTS.items()})
+        out.update({"--max-pixels": document["options"]["max_pixels"],
+                    "--verify-decode": document["options"]["verify_decode"]})
+    return out
 
-    What the folder holds is read from its MANIFEST.json when finished, else from the plan of a run
-    in progress. Run before anything is written: a refused run never changes a good dataset, and a
-    rerun never silently returns one made otherwise.
+
+def _shown(flag: str, value) -> str:
+    if value is None:
+        return "none"
+    if flag in _INPUTS:
+        return f"{value['count']} {_INPUTS[flag][1]} (sha256 {value['sha256'][:12]})"
+    return repr(value)
+
+
+def _read_held(path: Path, output_dir: Path) -> tuple[dict, dict] | None:
+    """(document, describe(document)) of a MANIFEST.json or plan in the output folder, None when absent."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        return document, describe(document)
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+        raise PrepError(f"{path}: not an ImageNet dataset's {path.name}; give another --output-dir") from None
+
+
+def check_output_dir(output_dir: str | Path, plan: dict | Callable[[], dict]) -> dict | None:
+    """Refuse an output folder that holds an ImageNet dataset made otherwise, or files this plan would not write.
+
+    What the folder holds is read from its MANIFEST.json and from the plan of the run that made it (or
+    is making it: .work/plan.json), and compared by `describe` with this run's plan; every difference is
+    named with both values. A finished dataset without its plan is refused too: nothing says which
+    inputs made it. `plan` may be a function making it, called only when the folder holds something.
+    Returns the MANIFEST.json of a finished dataset made exactly so, else None. Run before anything is
+    written: a refused run never changes a good dataset, and a rerun never returns one made otherwise.
     """
     output_dir = Path(output_dir)
-    for path in (output_dir / MANIFEST, output_dir / ".work" / "plan.json"):
-        try:
-            held = content_parameters(json.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            continue
-        except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
-            raise PrepError(f"{path}: not an ImageNet dataset's file; remove {output_dir} to rebuild it") from None
-        differ = [f"{key} {held[key]!r} there, {value!r} here" for key, value in wanted.items() if held[key] != value]
-        if differ:
-            raise PrepError(f"{output_dir}: holds an ImageNet dataset made with other parameters "
-                            f"({'; '.join(differ)}, from {path.name}); give another --output-dir, or remove "
-                            f"{output_dir} to rebuild it")
-        return
+    if output_dir.exists() and not output_dir.is_dir():
+        raise PrepError(f"--output-dir {output_dir}: not a folder")
+    if not output_dir.is_dir():
+        return None
+    manifest = _read_held(output_dir / MANIFEST, output_dir)
+    held_plan = _read_held(output_dir / WORK_DIR / PLAN_NAME, output_dir)
+    proceed = f"give another --output-dir, or remove {output_dir} to rebuild it"
+    if manifest is None and held_plan is None:
+        strays = _split_files(output_dir)
+        if strays:  # every run of ours writes its plan first: these are another tool's, or a copy's
+            raise PrepError(f"{strays[0]}: a shard or index file that no {MANIFEST} or {WORK_DIR}/{PLAN_NAME} in "
+                            f"{output_dir} accounts for (another tool's?); give another --output-dir, or remove it")
+        return None
+    wanted = describe(plan := plan() if callable(plan) else plan)
+    differ = {}
+    for held in (manifest, held_plan):
+        if held is not None:
+            for flag, value in held[1].items():
+                if value != wanted[flag]:
+                    differ.setdefault(flag, f"{flag} {_shown(flag, value)} there, {_shown(flag, wanted[flag])} here")
+    if "--synsets-file" in differ:
+        differ.pop("--metadata-file", None)  # names are digested per synset: other synsets, other names
+    if differ:
+        raise PrepError(f"{output_dir}: holds an ImageNet dataset made with other parameters "
+                        f"({'; '.join(differ.values())}); {proceed}")
+    unknown = (f"{WORK_DIR}/{PLAN_NAME}, which names them, is missing" if held_plan is None else
+               None if "identity" in held_plan[0] else "its plan, from an older imagenet-prep, does not name them")
+    if unknown:
+        raise PrepError(f"{output_dir}: holds an ImageNet dataset whose inputs cannot be compared with these "
+                        f"({unknown}); {proceed}")
+    _check_no_strays(plan, output_dir)
+    return manifest[0] if manifest is not None else None
+
+
+def _split_files(output_dir: Path) -> list[Path]:
+    """The files readers would glob as shards (`train*`, `validation*`) and the index files, temporaries aside."""
+    idx = output_dir / IDX_DIR
+    found = [p for p in output_dir.iterdir() if p.name.startswith(SPLITS)]
+    found += [p for p in idx.iterdir() if p.name.endswith(".idx")] if idx.is_dir() else []
+    return sorted(p for p in found if ".tmp-" not in p.name)
+
+
+def _check_no_strays(plan: dict, output_dir: Path) -> None:
+    """PrepError for a shard or index file in output_dir that the plan does not write: readers glob
+    `train*` / `validation*` and Graphcore's demands exactly 1024/128 matches; DALI pairs index files
+    with shards. Leftovers of another run (other shard counts) must not stay."""
+    names = set(_shard_names(plan))
+    for p in _split_files(output_dir):
+        if p.parent == output_dir and p.name not in names:
+            raise PrepError(f"{p}: not a shard of this conversion (other shard counts?); remove it, readers glob "
+                            f"train*/validation*")
+        if p.parent != output_dir and p.name[:-4] not in names:
+            raise PrepError(f"{p}: index file of a shard this conversion does not write; remove it")
+
+
+def _shard_names(plan: dict) -> list[str]:
+    return [shard_name(split, i, spec["num_shards"]) for split, spec in plan["splits"].items()
+            for i in range(spec["num_shards"])]
 
 
 def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict]) -> dict:
@@ -496,14 +682,7 @@ def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict]) -> d
         check_index_size(output_dir / name, index_path(output_dir, name), r["records"])
     remove_all_stale_temps(output_dir)
     remove_all_stale_temps(output_dir / IDX_DIR)
-    # Readers glob `train*` / `validation*` and Graphcore's demands exactly 1024/128 matches; DALI
-    # pairs index files with shards. Leftovers of another run (other shard counts) must not stay.
-    for p in sorted(output_dir.iterdir()):
-        if p.name.startswith(SPLITS) and p.name not in expected:
-            raise PrepError(f"{p}: not a shard of this plan; remove it (readers glob train*/validation*)")
-    for p in sorted((output_dir / IDX_DIR).iterdir()):
-        if p.name.endswith(".idx") and p.name[:-4] not in expected:
-            raise PrepError(f"{p}: index of a shard this plan does not have; remove it")
+    _check_no_strays(plan, output_dir)  # checked before any work too, but a file may have come since
 
     def gather(key: str) -> list[dict]:
         return sorted((d for r in results.values() for d in r[key]), key=lambda d: d["file"])
@@ -550,21 +729,79 @@ def _write_one(job: tuple[str, int, str]) -> dict:
 def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, **plan_args) -> dict:
     """make_plan + every shard (with `workers` processes) + finalize; writes output_dir/.work/plan.json too.
 
-    Returns the manifest. The bytes do not depend on `workers`.
+    Returns the manifest. The bytes do not depend on `workers`. Everything that can be checked is,
+    before anything is written: the parameters, the inputs and their labels (make_plan), and what
+    output_dir holds (check_output_dir). A folder already holding this very dataset, finished and with
+    every file at its listed size, is returned as it is: nothing is rewritten. A run that fails
+    afterwards (with `strict`, an unreadable image) or is interrupted leaves the folder as it found it.
     """
+    check_parameters(workers=workers)
     output_dir = Path(output_dir)
     plan = make_plan(train_dir, validation_dir, val_labels, **plan_args)
-    check_output_dir(output_dir, content_parameters(plan))
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_plan(plan, output_dir / ".work" / "plan.json")
-    jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]
-            for i in range(plan["splits"][split]["num_shards"])]
-    if workers <= 1:
-        results = [write_shard(plan, s, i, output_dir) for s, i, _ in jobs]
-    else:
-        import multiprocessing
+    held = check_output_dir(output_dir, plan)
+    if held is not None and _intact(output_dir, held):
+        dropped = held["left_out"] + held["annotation_problems"]
+        if plan["options"]["strict"] and dropped:
+            more = f" and {len(dropped) - 1} more" if len(dropped) > 1 else ""
+            raise PrepError(f"{output_dir}: holds this dataset made without --strict, which left out "
+                            f"{dropped[0]['file']}{more} ({dropped[0]['reason']}); --strict fails on them: give "
+                            f"another --output-dir")
+        return held
+    with _undone_on_failure(output_dir, plan):
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_plan(plan, output_dir / WORK_DIR / PLAN_NAME)
+        jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]
+                for i in range(plan["splits"][split]["num_shards"])]
+        if workers == 1:
+            results = [write_shard(plan, s, i, output_dir) for s, i, _ in jobs]
+        else:
+            import multiprocessing
 
-        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-        with ctx.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(plan,)) as pool:
-            results = pool.map(_write_one, jobs, chunksize=1)
-    return finalize(plan, output_dir, results)
+            ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+            with ctx.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(plan,)) as pool:
+                # As they finish: the first failure stops the run (map would write every other shard first);
+                # finalize orders the results by shard.
+                results = list(pool.imap_unordered(_write_one, jobs, chunksize=1))
+        return finalize(plan, output_dir, results)
+
+
+def _intact(output_dir: Path, manifest: dict) -> bool:
+    """Every file MANIFEST.json lists is there at its listed size (what a receipt checks; not the checksums),
+    and the manifest has the summaries finalize writes (what the command prints)."""
+    try:
+        return (all((output_dir / f["path"]).stat().st_size == f["size"] for f in manifest["files"])
+                and all(isinstance(st[k], int) for st in manifest["splits"].values()
+                        for k in ("records", "shards", "left_out", "converted"))
+                and all(isinstance(d["file"], str) and isinstance(d["reason"], str)
+                        for k in ("left_out", "annotation_problems") for d in manifest[k]))
+    except (OSError, KeyError, TypeError, AttributeError):
+        return False
+
+
+@contextlib.contextmanager
+def _undone_on_failure(output_dir: Path, plan: dict):
+    """On an exception or Ctrl-C in the block, leave output_dir as it was before: remove the files and folders
+    the block created (shards, index files, MANIFEST.json, the plan) and their temporaries, and put back a
+    plan it replaced. A shard that was there before stays: check_output_dir found it to be of this
+    dataset, so the block rewrote it with the same bytes."""
+    output_dir = output_dir.absolute()
+    plan_path = output_dir / WORK_DIR / PLAN_NAME
+    outputs = [output_dir / MANIFEST, plan_path] + [q for name in _shard_names(plan)
+                                                    for q in (output_dir / name, index_path(output_dir, name))]
+    existed = {q for q in outputs if q.exists()}
+    old_plan = plan_path.read_bytes() if plan_path in existed else None
+    folders = [d for d in (*reversed(output_dir.parents), output_dir, output_dir / WORK_DIR, output_dir / IDX_DIR)
+               if not d.exists()]
+    try:
+        yield
+    except BaseException:
+        for q in outputs:
+            remove_stale_temps(q)  # those of pool workers stopped mid-write
+            if q not in existed:
+                q.unlink(missing_ok=True)
+        if old_plan is not None and (not plan_path.is_file() or plan_path.read_bytes() != old_plan):
+            write_bytes(plan_path, old_plan)
+        for d in reversed(folders):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only when empty: never what someone else put there meanwhile
+        raise

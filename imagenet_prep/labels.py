@@ -43,8 +43,11 @@ def _read_text(path: Path | None, packaged: str) -> tuple[str, str]:
         return path.read_text(encoding="utf-8"), str(path)
     except FileNotFoundError:
         raise PrepError(f"{path}: file not found") from None
-    except (UnicodeDecodeError, IsADirectoryError) as e:
-        raise PrepError(f"{path}: not a UTF-8 text file ({type(e).__name__})") from None
+    except IsADirectoryError:
+        raise PrepError(f"{path}: a folder, not a text file") from None
+    except UnicodeDecodeError as e:
+        bad = e.object[e.start:e.start + 1]
+        raise PrepError(f"{path}: not a UTF-8 text file (byte {e.start} is {bad!r})") from None
 
 
 def load_synsets(path: str | Path | None = None) -> list[str]:

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Iterator
 
 from shardkit.errors import PrepError
+from shardkit.example import decode_example_kinds
 from shardkit.records import read_records
+from shardkit.tf import error_text
 
 from . import convert
 from .schema import IMAGENET_IMAGE
@@ -50,19 +52,19 @@ def find_shards(folder: Path) -> dict[str, list[Path]]:
     return out
 
 
-def iter_parsed(tf, shard: Path, check_crc: bool = True) -> Iterator[dict]:
-    """The records of `shard`, parsed BATCH at a time: {feature: values} per batch.
+def iter_parsed(tf, shard: Path, check_crc: bool = True) -> Iterator[tuple[int, dict]]:
+    """The records of `shard`, parsed BATCH at a time: (index of the batch's first record, {feature: values}).
 
     Fixed-length features come as one array per batch; the bounding-box lists as one array per record.
+    A record that does not parse is a PrepError naming its index and what is wrong, never TensorFlow's op text.
     """
     spec = IMAGENET_IMAGE.tf_spec(tf)
 
-    def parse(payloads):
+    def parse(first, payloads):
         try:
             parsed = tf.io.parse_example(tf.constant(payloads), spec)
-        except (tf.errors.InvalidArgumentError, ValueError) as e:
-            msg = " ".join(str(e).split())[:300]
-            raise PrepError(f"{shard}: a record does not parse with the 15-key ImageNet schema ({msg})") from None
+        except (tf.errors.InvalidArgumentError, ValueError):  # ValueError: TF's message quoting non-UTF-8 bytes
+            raise _parse_error(tf, spec, shard, first, payloads) from None
         out = {}
         for k, v in parsed.items():
             if isinstance(v, tf.SparseTensor):
@@ -73,11 +75,30 @@ def iter_parsed(tf, shard: Path, check_crc: bool = True) -> Iterator[dict]:
                 out[k] = v.numpy()
         return out
 
-    batch = []
+    batch, first = [], 0
     for data in read_records(shard, check_crc=check_crc):
         batch.append(data)
         if len(batch) == BATCH:
-            yield parse(batch)
+            yield first, parse(first, batch)
+            first += len(batch)
             batch = []
     if batch:
-        yield parse(batch)
+        yield first, parse(first, batch)
+
+
+def _parse_error(tf, spec: dict, shard: Path, first: int, payloads: list[bytes]) -> PrepError:
+    """Which record of a batch TensorFlow could not parse, and why, in the schema's words where they suffice."""
+    what = "does not parse with the 15-key ImageNet schema"
+    for k, data in enumerate(payloads, start=first):
+        try:
+            decoded = decode_example_kinds(data)
+        except (ValueError, IndexError):
+            return PrepError(f"{shard}: record {k}: not a tf.train.Example")
+        problem = IMAGENET_IMAGE.problem(decoded, {})
+        if problem:
+            return PrepError(f"{shard}: record {k}: {what}: {problem}")
+        try:
+            tf.io.parse_example(tf.constant([data]), spec)
+        except (tf.errors.InvalidArgumentError, ValueError) as e:
+            return PrepError(f"{shard}: record {k}: {what} ({error_text(e)})")
+    return PrepError(f"{shard}: records {first}..{first + len(payloads) - 1}: {what}")

@@ -34,7 +34,7 @@ def stats(folder: str | Path, out_dir: str | Path, synsets_file=None) -> dict:
         classes, sizes, shard_counts, nbytes, boxes, boxed = Counter(), [], [], [], 0, 0
         for shard in paths:
             n = 0
-            for rec in iter_parsed(tf, shard):
+            for _, rec in iter_parsed(tf, shard):
                 for j, label in enumerate(rec["image/class/label"]):
                     classes[int(label)] += 1
                     sizes.append((int(rec["image/width"][j]), int(rec["image/height"][j])))
@@ -44,6 +44,8 @@ def stats(folder: str | Path, out_dir: str | Path, synsets_file=None) -> dict:
                     boxed += bool(k)
                     n += 1
             shard_counts.append(n)
+        if not sizes:  # the report's minimums and means would be of nothing
+            raise PrepError(f"{folder}: its {split} shards hold no records")
         per_class[split], dims[split] = classes, sizes
         ws, hs = [w for w, _ in sizes], [h for _, h in sizes]
         report["splits"][split] = {

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from shardkit.errors import PrepError
-from shardkit.manifest import check_manifest
+from shardkit.manifest import MANIFEST, check_manifest
 from shardkit.records import check_index
-from shardkit.tf import import_tensorflow
+from shardkit.tf import error_text, import_tensorflow
 
 from . import convert, images, labels
 from .reader import find_shards, iter_parsed
@@ -26,35 +26,54 @@ def verify(folder: str | Path, synsets_file=None, decode_all: bool = False) -> d
     folder = Path(folder)
     shards = find_shards(folder)
     synsets = labels.load_synsets(synsets_file)
-    manifest = check_manifest(folder)
-    manifest_counts = {f["path"]: f.get("records") for f in manifest.get("files", [])}
+    manifest_counts, manifest_splits = _manifest_records(folder, check_manifest(folder))
     tf = import_tensorflow()
     totals = {}
     for split, paths in shards.items():
         totals[split] = 0
         for shard in paths:
             count = check_index(shard, convert.index_path(folder, shard.name))
-            if manifest_counts.get(shard.name) != count:
-                raise PrepError(f"{shard}: {count} records, MANIFEST.json says {manifest_counts.get(shard.name)}")
+            listed = manifest_counts.get(shard.name)
+            if listed != count:
+                raise PrepError(f"{shard}: {count} records, MANIFEST.json " +
+                                (f"says {listed}" if listed is not None else "gives no record count for it"))
             if count == 0:
                 raise PrepError(f"{shard}: no records (DALI refuses empty index files)")
-            first = True
-            for rec in iter_parsed(tf, shard, check_crc=False):  # check_index already checked the CRCs
+            for first, rec in iter_parsed(tf, shard, check_crc=False):  # check_index already checked the CRCs
                 for j in range(len(rec["image/class/label"])):
-                    _check_record(tf, shard, rec, j, synsets, decode=decode_all or first)
-                    first = False
+                    _check_record(tf, shard, first + j, rec, j, synsets, decode=decode_all or first + j == 0)
             totals[split] += count
     for split in convert.SPLITS:
-        want = manifest.get("splits", {}).get(split, {}).get("records")
+        want = manifest_splits.get(split)
         if want is not None and totals.get(split) != want:
             raise PrepError(f"{folder}: {totals.get(split)} {split} records, MANIFEST.json says {want}")
     return totals
 
 
-def _check_record(tf, shard: Path, rec: dict, j: int, synsets: list[str], decode: bool) -> None:
-    """Check record `j` of a parsed batch; `decode`: also decode its JPEG with TensorFlow."""
+def _manifest_records(folder: Path, manifest) -> tuple[dict[str, int | None], dict[str, int]]:
+    """({file: records}, {split: records}) of MANIFEST.json; PrepError naming the field that has the wrong type."""
+    where = folder / MANIFEST
+    if not isinstance(manifest, dict):
+        raise PrepError(f"{where}: not a JSON object; is this a dataset folder?")
+
+    def count(value, field: str):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise PrepError(f"{where}: {field} is {value!r}, not a record count")
+        return value
+
+    files, splits = manifest.get("files", []), manifest.get("splits", {})
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in files):
+        raise PrepError(f"{where}: files is not a list of {{path, sha256, size}} entries")
+    if not isinstance(splits, dict) or not all(isinstance(v, dict) for v in splits.values()):
+        raise PrepError(f"{where}: splits is not an object of {{split: {{records, ...}}}}")
+    counts = {f["path"]: count(f.get("records"), f"the records of {f['path']}") for f in files}
+    return counts, {split: count(v.get("records"), f"splits.{split}.records") for split, v in splits.items()}
+
+
+def _check_record(tf, shard: Path, index: int, rec: dict, j: int, synsets: list[str], decode: bool) -> None:
+    """Check record `index` of the shard, `j` of its parsed batch; `decode`: also decode its JPEG with TensorFlow."""
     fname = rec["image/filename"][j].decode("utf-8", "replace")
-    where = f"{shard}: record {fname!r}"
+    where = f"{shard}: record {index} ({fname})"
     label = int(rec["image/class/label"][j])
     if not 1 <= label <= len(synsets):
         raise PrepError(f"{where}: image/class/label {label} outside 1..{len(synsets)}")
@@ -91,6 +110,7 @@ def _check_record(tf, shard: Path, rec: dict, j: int, synsets: list[str], decode
         try:
             shape = tuple(tf.io.decode_jpeg(data, channels=3).shape)
         except tf.errors.InvalidArgumentError as e:
-            raise PrepError(f"{where}: tf.io.decode_jpeg fails ({' '.join(str(e).split())[:200]})") from None
+            raise PrepError(f"{where}: image/encoded does not decode with tf.io.decode_jpeg "
+                            f"({error_text(e)})") from None
         if shape != (h, w, 3):
             raise PrepError(f"{where}: decodes to {shape}, record says {h}x{w}x3")

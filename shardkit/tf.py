@@ -13,10 +13,12 @@ def import_tensorflow():
     return tf
 
 
-def op_error_text(error) -> str:
-    """The gist of a tf.errors.OpError: its first line without the graph's function and node names."""
-    text = (error.message or type(error).__name__).splitlines()[0]
-    text = re.sub(r"\{\{[^}]*\}\}\s*", "", text)  # {{function_node __wrapped__IteratorGetNext...}}
-    text = re.sub(r"^.*?transformation with iterator: [\w:]+:\s*", "", text)
-    text = re.sub(r"\s*\[\[\{\{node [^]]*\]\]", "", text)
-    return text if len(text) <= 160 else text[:157] + "..."
+def error_text(error: BaseException, limit: int = 160) -> str:
+    """What a TensorFlow error says about the input, for a one-line message: without the function and node
+    names (`{{function_node ...}}`, `[[node ...]]`), the op (`[Op:ParseExampleV2]`) and a failing C++
+    function's name (`jpeg::Uncompress failed.`), at most `limit` characters."""
+    text = getattr(error, "message", None) or str(error) or type(error).__name__
+    text = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:[^\]]*\]|\b\w+(?:::\w+)+ failed\.", " ", text)
+    text = re.sub(r"^.*?transformation with iterator: [\w:]+:", " ", text)  # tf.data's pipeline, not the input
+    text = " ".join(text.split()).strip(" .")
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."

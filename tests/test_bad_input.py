@@ -200,6 +200,133 @@ def _replace_with_dev_zero(rel: str) -> Callable[[Path], None]:
     return setup
 
 
+def _tar_bytes(members: dict[str, bytes]) -> bytes:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _train_tar_with_a_corrupt_class(root: Path) -> None:
+    """ILSVRC2012_img_train.tar's layout (one tar per class inside) from imagenet/train, the first class's
+    tar with a corrupt header."""
+    inner = {f"{cls.name}.tar": _tar_bytes({f.name: f.read_bytes() for f in sorted(cls.iterdir())})
+             for cls in sorted((root / "imagenet" / "train").iterdir())}
+    first = next(iter(inner))
+    inner[first] = b"x" * 100 + inner[first][100:]
+    (root / "ILSVRC2012_img_train.tar").write_bytes(_tar_bytes(inner))
+
+
+def _rewrite_first_record(shard: str, change: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    """imagenet_ds with the first record of `shard` replaced by change(record), its index file and MANIFEST.json
+    made to match, so that only reading the record itself finds the damage."""
+    def setup(root: Path) -> None:
+        from shardkit.manifest import MANIFEST, write_manifest
+        from shardkit.records import RecordWriter, read_records
+
+        folder = root / "imagenet_ds"
+        payloads = list(read_records(folder / shard))
+        payloads[0] = change(payloads[0])
+        with RecordWriter(folder / shard, folder / "idx" / f"{shard}.idx") as w:
+            for data in payloads:
+                w.write(data)
+        manifest = json.loads((folder / MANIFEST).read_text())
+        counts = {f["path"]: f["records"] for f in manifest["files"] if "records" in f}
+        write_manifest(folder, counts, {k: v for k, v in manifest.items() if k != "files"})
+    return setup
+
+
+def _without_feature(name: str) -> Callable[[bytes], bytes]:
+    def change(data: bytes) -> bytes:
+        from shardkit.example import decode_example_kinds, encode_example
+
+        return encode_example([(n, kind, values) for n, (kind, values) in decode_example_kinds(data).items()
+                               if n != name])
+    return change
+
+
+def _edit_manifest(folder: str, change: Callable[[dict], object]) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        path = root / folder / "MANIFEST.json"
+        path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    return setup
+
+
+def _set(key: str, value) -> Callable[[dict], dict]:
+    return lambda d: {**d, key: value}
+
+
+def _empty_files(*rels: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        for rel in rels:
+            (root / rel).write_bytes(b"")
+    return setup
+
+
+def _then(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        for step in setups:
+            step(root)
+    return setup
+
+
+_unreadable_image = _write("imagenet/train/n01440764/bad.JPEG", "not an image\n")
+
+
+def _converted_without_strict(output_dir: str) -> Callable[[Path], None]:
+    """A dataset converted from imagenet/ as it is then (with _unreadable_image: that image left out)."""
+    def setup(root: Path) -> None:
+        from imagenet_prep import convert as imagenet_convert
+
+        flags = {k: _expand(v, root) for k, v in IMAGENET_FLAGS.items()}
+        imagenet_convert.convert_dataset(
+            flags["--train-dir"], flags["--validation-dir"], flags["--val-labels"], root / output_dir,
+            synsets_file=flags["--synsets-file"], train_shards=2, validation_shards=1)
+    return setup
+
+
+def _relabelled(root: Path) -> None:
+    lines = (root / "imagenet" / "validation_labels.txt").read_text().splitlines(True)
+    (root / "other_labels.txt").write_text("".join([lines[2], *lines[1:2], lines[0], *lines[3:]]))
+
+
+def _copy_less_one(src: str, dest: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        shutil.copytree(root / src, root / dest)
+        sorted((root / dest).rglob("*.JPEG"))[-1].unlink()
+    return setup
+
+
+def _copy_one_longer(src: str, dest: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        shutil.copytree(root / src, root / dest)
+        image = sorted((root / dest).rglob("*.JPEG"))[0]
+        image.write_bytes(image.read_bytes() + b"\0")
+    return setup
+
+
+def _synsets_and_one_more(root: Path) -> None:
+    wnids = (root / "imagenet" / "synsets.txt").read_text().split()
+    (root / "synsets5.txt").write_text("".join(w + "\n" for w in sorted(wnids + ["n15075141"])))
+
+
+def _copy(src: str, dest: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        (root / dest).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / src, root / dest)
+    return setup
+
+
+def _remove(rel: str) -> Callable[[Path], None]:
+    return lambda root: (root / rel).unlink()
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -211,6 +338,26 @@ DOWNLOAD = ("luigi", "DownloadDump", "--data-dir", "{root}/data", "--dump-url", 
 
 PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--wiki", "{wiki}",
             "--dump-date", "{date}")
+
+# How imagenet_ds was made: `convert()` with no changes makes it again.
+IMAGENET_FLAGS = {"--train-dir": "{root}/imagenet/train", "--validation-dir": "{root}/imagenet/validation",
+                  "--val-labels": "{root}/imagenet/validation_labels.txt",
+                  "--synsets-file": "{root}/imagenet/synsets.txt", "--train-shards": "2", "--validation-shards": "1"}
+
+
+def convert(output_dir: str = "{root}/imagenet_ds", **changes: str | bool | None) -> tuple[str, ...]:
+    """`imagenet-prep convert` with imagenet_ds's flags, `changes` (train_shards="0") replacing or adding
+    flags, None removing one and True giving a bare switch (strict=True)."""
+    flags: dict[str, str | bool] = {**IMAGENET_FLAGS, "--output-dir": output_dir}
+    for name, value in changes.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            flags.pop(flag, None)
+        else:
+            flags[flag] = value
+    return ("imagenet-prep", "convert", *[a for flag, value in flags.items()
+                                          for a in ((flag,) if value is True else (flag, value))])
+
 
 CASES: list[Bad] = [
     # --- wikiprep create-pretraining-data
@@ -303,6 +450,92 @@ CASES: list[Bad] = [
     Bad("imagenet-verify-manifest-path-escapes", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "leaves the folder",
         setup=_manifest_edit("imagenet_ds", lambda m: m["files"][0].update(path="../vocab.txt"))),
     Bad("imagenet-verify-no-manifest", ("imagenet-prep", "verify", "{root}/imagenet"), "stray file"),
+
+    Bad("imagenet-verify-record-without-a-feature",
+        ("imagenet-prep", "verify", "{root}/imagenet_ds", "--synsets-file", "{root}/imagenet/synsets.txt"),
+        "{root}/imagenet_ds/train-00001-of-00002: record 0: does not parse with the 15-key ImageNet schema: "
+        "no image/class/synset feature", setup=_rewrite_first_record("train-00001-of-00002",
+                                                                     _without_feature("image/class/synset"))),
+    Bad("imagenet-stats-record-without-a-feature", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                    "{root}/report"),
+        "{root}/imagenet_ds/train-00000-of-00002: record 0: does not parse with the 15-key ImageNet schema: "
+        "no image/height feature", setup=_rewrite_first_record("train-00000-of-00002",
+                                                               _without_feature("image/height"))),
+    Bad("imagenet-stats-record-not-an-example", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                 "{root}/report"),
+        "{root}/imagenet_ds/validation-00000-of-00001: record 0: not a tf.train.Example",
+        setup=_rewrite_first_record("validation-00000-of-00001", lambda data: b"\xff\xfe not a protobuf")),
+    Bad("imagenet-stats-no-records", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out", "{root}/report"),
+        "{root}/imagenet_ds: its validation shards hold no records",
+        setup=_empty_files("imagenet_ds/validation-00000-of-00001")),
+    Bad("imagenet-verify-manifest-splits-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"),
+        "MANIFEST.json: splits is not an object", setup=_edit_manifest("imagenet_ds", _set("splits", []))),
+    Bad("imagenet-verify-manifest-split-records-a-string", ("imagenet-prep", "verify", "{root}/imagenet_ds"),
+        "MANIFEST.json: splits.train.records is '16', not a record count",
+        setup=_edit_manifest("imagenet_ds", lambda d: {**d, "splits": {**d["splits"], "train": {"records": "16"}}})),
+    Bad("imagenet-verify-manifest-file-records-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"),
+        'train-00000-of-00002: "records" is not a non-negative integer',
+        setup=_edit_manifest("imagenet_ds", lambda d: {**d, "files": [
+            {**f, "records": [f["records"]]} if f["path"] == "train-00000-of-00002" else f for f in d["files"]]})),
+
+    # --- imagenet-prep convert: counts refused by their flag before anything is listed or written
+    Bad("imagenet-convert-train-shards-0", convert("{root}/new_ds", train_shards="0"),
+        "--train-shards 0: must be a positive integer"),
+    Bad("imagenet-convert-negative-validation-shards", convert("{root}/new_ds", validation_shards="-2"),
+        "--validation-shards -2: must be a positive integer"),
+    Bad("imagenet-convert-workers-0", convert("{root}/new_ds", workers="0"), "--workers 0: must be a positive integer"),
+    Bad("imagenet-convert-max-pixels-0", convert("{root}/new_ds", max_pixels="0"),
+        "--max-pixels 0: must be a positive integer"),
+    Bad("imagenet-convert-train-shards-0-into-a-dataset", convert(train_shards="0"), "--train-shards 0"),
+    # --- imagenet-prep convert: a failed run leaves nothing of its own, and never changes a good dataset
+    Bad("imagenet-convert-strict-unreadable-image-into-a-new-folder", convert("{root}/new/ds", strict=True),
+        "{root}/imagenet/train/n01440764/bad.JPEG: not an image (no decoder recognises the content); --strict "
+        "fails on an unreadable image instead of leaving it out", setup=_unreadable_image),
+    Bad("imagenet-convert-strict-unreadable-image-with-workers", convert("{root}/new_ds", strict=True, workers="2"),
+        "bad.JPEG: not an image", setup=_unreadable_image),
+    Bad("imagenet-convert-strict-unreadable-image-into-a-folder-of-the-users", convert("{root}/mine", strict=True),
+        "bad.JPEG: not an image", setup=_then(_unreadable_image, _write("mine/notes.txt", "mine\n"))),
+    Bad("imagenet-convert-strict-into-a-dataset-that-left-an-image-out", convert("{root}/lossy_ds", strict=True),
+        "{root}/lossy_ds: holds this dataset made without --strict, which left out train/n01440764/bad.JPEG (not an "
+        "image (no decoder recognises the content)); --strict fails on them: give another --output-dir",
+        setup=_then(_unreadable_image, _converted_without_strict("lossy_ds"))),
+
+    # --- imagenet-prep convert into imagenet_ds from other inputs: refused before any work, naming the input
+    Bad("imagenet-convert-other-val-labels", convert(val_labels="{root}/other_labels.txt"),
+        "{root}/imagenet_ds: holds an ImageNet dataset made with other parameters (--val-labels 8 labels (sha256 ",
+        setup=_relabelled),
+    Bad("imagenet-convert-other-train-tree", convert(train_dir="{root}/train2"),
+        ") there, 23 files (sha256 ", setup=_copy_less_one("imagenet/train", "train2")),
+    Bad("imagenet-convert-other-validation-tree", convert(validation_dir="{root}/validation2"),
+        "(--validation-dir 8 files (sha256 ", setup=_copy_one_longer("imagenet/validation", "validation2")),
+    Bad("imagenet-convert-other-synsets-file", convert(synsets_file="{root}/synsets5.txt"),
+        "(--synsets-file 4 synsets (sha256 ", setup=_synsets_and_one_more),
+    Bad("imagenet-convert-dataset-without-its-plan", convert(),
+        "{root}/imagenet_ds: holds an ImageNet dataset whose inputs cannot be compared with these",
+        setup=_remove("imagenet_ds/.work/plan.json")),
+    Bad("imagenet-convert-into-another-tools-shards", convert("{root}/foreign"),
+        "{root}/foreign/train-00000-of-00002: a shard or index file that no MANIFEST.json or .work/plan.json",
+        setup=_copy("imagenet_ds/train-00000-of-00002", "foreign/train-00000-of-00002")),
+    Bad("imagenet-convert-beside-a-shard-of-other-counts", convert(),
+        "{root}/imagenet_ds/train-00000-of-00003: not a shard of this conversion (other shard counts?)",
+        setup=_write("imagenet_ds/train-00000-of-00003", b"")),
+    Bad("imagenet-convert-into-a-wiki-dataset", convert("{root}/wiki_ds"),
+        "{root}/wiki_ds/MANIFEST.json: not an ImageNet dataset's MANIFEST.json; give another --output-dir"),
+    Bad("imagenet-convert-output-dir-is-a-file", convert("{root}/corpus.txt"),
+        "--output-dir {root}/corpus.txt: not a folder"),
+
+    # --- imagenet-prep convert: what is wrong is named where it is
+    Bad("imagenet-convert-corrupt-class-tar-inside-the-train-tar",
+        convert("{root}/new_ds", train_dir="{root}/ILSVRC2012_img_train.tar"),
+        "{root}/ILSVRC2012_img_train.tar: n01440764.tar: not a readable tar archive",
+        setup=_train_tar_with_a_corrupt_class),
+    Bad("imagenet-convert-synsets-file-is-a-folder", convert("{root}/new_ds", synsets_file="{root}/imagenet"),
+        "{root}/imagenet: a folder, not a text file"),
+    Bad("imagenet-convert-val-labels-not-text",
+        convert("{root}/new_ds", val_labels="{root}/imagenet_ds/train-00000-of-00002"),
+        "train-00000-of-00002: not a UTF-8 text file (byte "),
+    Bad("imagenet-convert-too-many-shards", convert("{root}/new_ds", validation_shards="9"),
+        "--validation-shards 9 is more than the 8 validation images found"),
 ]
 
 

@@ -93,13 +93,27 @@ def _set_bytes(key, value):
     return change
 
 
+def _break_scan(data: bytes) -> bytes:
+    """The JPEG with its first scan naming a component its frame lacks: the header reads fine, decoding fails."""
+    pos = 2
+    while data[pos + 1] != 0xDA:
+        pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return data[:pos + 5] + b"\x09" + data[pos + 6:]
+
+
 @pytest.mark.parametrize("damage, message", [
+    (_set_int("image/class/label", 0), "record 0 (n0"),
     (_set_int("image/class/label", 0), "image/class/label 0 outside 1..1000"),
     (_set_int("image/class/label", 2), "label 2 is n01443537 in the sorted synset list"),
     (_set_int("image/height", 7), "record says"),
     (_set_bytes("image/encoded", lambda d: d[:-2]), "no end-of-image marker"),
     (_set_bytes("image/encoded", lambda d: b"\x89PNG" + d[4:]), "start-of-image"),
-    (lambda feat: feat.pop("image/class/synset"), "does not parse with the 15-key ImageNet schema"),
+    (lambda feat: feat.pop("image/class/synset"),
+     "record 0: does not parse with the 15-key ImageNet schema: no image/class/synset feature"),
+    (lambda feat: feat["image/height"].ClearField("int64_list") or feat["image/height"].float_list.value.append(1.0),
+     "record 0: does not parse with the 15-key ImageNet schema: feature image/height is float, expected int64"),
+    (_set_bytes("image/encoded", _break_scan),
+     "image/encoded does not decode with tf.io.decode_jpeg (Invalid JPEG data or crop window)"),
     (lambda feat: feat["image/object/bbox/xmin"].float_list.value.append(0.5), "bbox lists of different lengths"),
 ])
 def test_verify_finds_damaged_records(converted, capsys, tmp_path, damage, message):
@@ -108,8 +122,9 @@ def test_verify_finds_damaged_records(converted, capsys, tmp_path, damage, messa
     _rewrite_record(folder, "train-00001-of-00003", damage)
     rc, _, err = _run(capsys, ["verify", str(folder)])
     assert rc == 1
-    assert err.startswith(f"imagenet-prep: error: {folder / 'train-00001-of-00003'}") and message in err, err
+    assert err.startswith(f"imagenet-prep: error: {folder / 'train-00001-of-00003'}: record 0") and message in err, err
     assert err.count("\n") == 1
+    assert "{{" not in err and "[Op:" not in err and "::" not in err, err  # none of TensorFlow's internals
 
 
 def test_verify_finds_damaged_files(converted, capsys, tmp_path):
@@ -143,25 +158,87 @@ def _tree_bytes(folder: Path) -> dict:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _other_inputs(root: Path, tmp_path: Path) -> dict[str, str]:
+    """Inputs differing from the converted fixture's in one way each, for the placeholders of the cases below."""
+    import shutil
+
+    raw = root / "raw"
+    labels = (raw / samples.VAL_LABELS_NAME).read_text().splitlines(True)
+    (tmp_path / "relabelled.txt").write_text("".join([labels[1], labels[0], *labels[2:]]))
+    shutil.copytree(raw / "train", tmp_path / "train-less")
+    next((tmp_path / "train-less").glob("*/*.JPEG")).unlink()
+    wnids = sorted(d.name for d in (raw / "train").iterdir())
+    (tmp_path / "synsets.txt").write_text("".join(w + "\n" for w in wnids))
+    shutil.copytree(raw, tmp_path / "elsewhere" / "raw")
+    return {"RELABELLED": str(tmp_path / "relabelled.txt"), "TRAIN_LESS": str(tmp_path / "train-less"),
+            "SYNSETS": str(tmp_path / "synsets.txt"), "MOVED": str(tmp_path / "elsewhere" / "raw")}
+
+
 @pytest.mark.parametrize("change, expected", [
-    ({"--train-shards": "4"}, "train_shards 3 there, 4 here"),
-    ({"--validation-shards": "1", "--seed": "7"}, "seed 12345 there, 7 here; validation_shards 2 there, 1 here"),
-    ({"--validation-dir": None, "--val-labels": None}, "validation_shards 2 there, None here"),
+    ({"--train-shards": "4"}, ["--train-shards 3 there, 4 here"]),
+    ({"--validation-shards": "1", "--seed": "7"}, ["--seed 12345 there, 7 here; --validation-shards 2 there, 1 here"]),
+    ({"--validation-dir": None, "--val-labels": None}, ["--validation-shards 2 there, none here",
+                                                       "--validation-dir 12 files (sha256 ", "--val-labels 12 labels"]),
+    ({"--val-labels": "RELABELLED"}, ["(--val-labels 12 labels (sha256 ", ") there, 12 labels (sha256 "]),
+    ({"--train-dir": "TRAIN_LESS"}, ["(--train-dir 24 files (sha256 ", ") there, 23 files (sha256 "]),
+    ({"--synsets-file": "SYNSETS"}, ["--synsets-file 1000 synsets (sha256 ", ") there, 6 synsets (sha256 "]),
+    ({"--max-pixels": "1000000"}, ["(--max-pixels 89478485 there, 1000000 here)"]),
+    ({"--verify-decode": True}, ["(--verify-decode False there, True here)"]),
 ])
 def test_convert_into_a_dataset_made_otherwise_is_refused_and_changes_nothing(converted, capsys, tmp_path, change,
                                                                              expected):
     root, out = converted
     target = _copy(out, tmp_path / "out")
     before = _tree_bytes(target)
+    other_inputs = _other_inputs(root, tmp_path)
     same = {"--train-dir": str(root / "raw" / "train"), "--validation-dir": str(root / "raw" / "validation"),
             "--val-labels": str(root / "raw" / samples.VAL_LABELS_NAME), "--output-dir": str(target),
             "--train-shards": "3", "--validation-shards": "2", "--workers": "2"}
-    other = {k: v for k, v in {**same, **change}.items() if v is not None}
-    rc, _, err = _run(capsys, ["convert", *[a for kv in other.items() for a in kv]])
+    other = {k: other_inputs.get(v, v) for k, v in {**same, **change}.items() if v is not None}
+    rc, _, err = _run(capsys, ["convert", *[a for k, v in other.items() for a in ((k,) if v is True else (k, v))]])
     assert rc == 1
     assert err.startswith(f"imagenet-prep: error: {target}: holds an ImageNet dataset made with other parameters")
-    assert expected in err and "give another --output-dir" in err and err.count("\n") == 1, err
+    assert all(text in err for text in expected) and "give another --output-dir" in err and err.count("\n") == 1, err
     assert _tree_bytes(target) == before  # refused before anything was written
-    rc, _, err = _run(capsys, ["convert", *[a for kv in same.items() for a in kv]])
-    assert rc == 0, err  # the parameters the folder was made with: accepted, the same bytes again
-    assert _tree_bytes(target) == before
+
+
+def test_convert_into_the_same_dataset_does_nothing_wherever_the_inputs_are(converted, capsys, tmp_path):
+    root, out = converted
+    target = _copy(out, tmp_path / "out")
+    before = _tree_bytes(target)
+    moved = _other_inputs(root, tmp_path)["MOVED"]
+    for raw in (str(root / "raw"), moved):  # the same images elsewhere are the same inputs
+        argv = ["convert", "--train-dir", f"{raw}/train", "--validation-dir", f"{raw}/validation", "--val-labels",
+                f"{raw}/{samples.VAL_LABELS_NAME}", "--output-dir", str(target), "--train-shards", "3",
+                "--validation-shards", "2"]
+        rc, stdout, err = _run(capsys, argv)
+        assert rc == 0, err
+        assert f"{target} already holds this dataset" in stdout
+        assert _tree_bytes(target) == before
+    (target / "train-00001-of-00003").unlink()  # no longer intact: made again, the same bytes
+    rc, stdout, err = _run(capsys, argv)
+    assert rc == 0 and f"wrote {target}" in stdout, err
+    assert _tree_bytes(target).keys() == before.keys()
+    assert {k: v for k, v in _tree_bytes(target).items() if k != ".work/plan.json"} == \
+        {k: v for k, v in before.items() if k != ".work/plan.json"}
+
+
+def test_convert_into_a_dataset_whose_inputs_are_unknown_is_refused(converted, capsys, tmp_path):
+    root, out = converted
+    raw = root / "raw"
+    argv = ["convert", "--train-dir", str(raw / "train"), "--validation-dir", str(raw / "validation"),
+            "--val-labels", str(raw / samples.VAL_LABELS_NAME), "--train-shards", "3", "--validation-shards", "2"]
+    older = _copy(out, tmp_path / "older")
+    plan = json.loads((older / ".work" / "plan.json").read_text())
+    del plan["identity"]  # as imagenet-prep wrote plans before it identified the inputs
+    (older / ".work" / "plan.json").write_text(json.dumps(plan))
+    copied = _copy(out, tmp_path / "copied")
+    (copied / ".work" / "plan.json").unlink()  # the dataset copied without its hidden folders
+    for target, why in ((older, "its plan, from an older imagenet-prep, does not name them"),
+                        (copied, ".work/plan.json, which names them, is missing")):
+        before = _tree_bytes(target)
+        rc, _, err = _run(capsys, argv + ["--output-dir", str(target)])
+        assert rc == 1 and err == (f"imagenet-prep: error: {target}: holds an ImageNet dataset whose inputs cannot be "
+                                   f"compared with these ({why}); give another --output-dir, or remove {target} to "
+                                   f"rebuild it\n"), err
+        assert _tree_bytes(target) == before

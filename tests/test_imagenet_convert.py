@@ -235,13 +235,57 @@ def test_cmyk_is_converted_with_the_right_colours(tf):
     assert np.abs(mean - np.array(colour)).max() < 4, mean
 
 
-def test_strict_fails_on_the_first_unreadable_file(quirks, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_strict_fails_on_the_first_unreadable_file_and_leaves_nothing(quirks, tmp_path, workers):
     tree = quirks["tree"]
+    out = tmp_path / "new" / "out"
     with pytest.raises(PrepError) as e:
-        convert.convert_dataset(tree["train_dir"], None, None, tmp_path / "out", train_shards=1, strict=True)
+        convert.convert_dataset(tree["train_dir"], None, None, out, train_shards=3, strict=True, workers=workers)
     msg = str(e.value)
-    assert "/bad_" in msg and "\n" not in msg
-    assert not list((tmp_path / "out").glob("train-*"))  # nothing half-written
+    assert "/bad_" in msg and "; --strict fails on an unreadable image instead of leaving it out" in msg
+    assert "\n" not in msg
+    assert not (tmp_path / "new").exists()  # no shard, index, plan or folder of a run that failed
+
+
+def test_a_failed_run_leaves_a_folder_as_it_found_it(small_tree, tmp_path, monkeypatch):
+    """Interrupted (Ctrl-C) or failing in a worker, in a folder of the user's, or in one holding this dataset."""
+    tree = small_tree
+    mine = tmp_path / "mine"
+    (mine / "idx").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine\n")
+    real_write_shard = convert.write_shard
+
+    def failing_at(index: int, error: BaseException):
+        def write_shard(plan, split, i, output_dir):
+            if (split, i) == ("train", index):
+                raise error
+            return real_write_shard(plan, split, i, output_dir)
+        return write_shard
+
+    args = (tree["train_dir"], tree["validation_dir"], tree["val_labels"])
+    kw = {"train_shards": 2, "validation_shards": 2}
+    monkeypatch.setattr(convert, "write_shard", failing_at(1, KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        convert.convert_dataset(*args, mine, **kw)
+    assert folder_bytes(mine) == {"notes.txt": b"mine\n"} and (mine / "idx").is_dir()
+    monkeypatch.setattr(convert, "write_shard", failing_at(0, PrepError("disk full, say")))
+    with pytest.raises(PrepError, match="disk full"):
+        convert.convert_dataset(*args, mine, workers=2, **kw)
+    assert folder_bytes(mine) == {"notes.txt": b"mine\n"}
+
+    monkeypatch.setattr(convert, "write_shard", real_write_shard)
+    good = tmp_path / "good"
+    convert.convert_dataset(*args, good, **kw)
+    before = folder_bytes(good)
+    (good / "train-00001-of-00002").unlink()  # a damaged dataset is made again, and its plan rewritten ...
+    (good / ".work" / "plan.json").write_text((good / ".work" / "plan.json").read_text().replace("false", "false "))
+    monkeypatch.setattr(convert, "write_shard", failing_at(1, KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        convert.convert_dataset(*args, good, **kw)
+    after = folder_bytes(good)  # ... but a failed attempt takes back what it wrote, and puts back the old plan
+    assert after == {k: v for k, v in before.items() if k not in ("train-00001-of-00002", ".work/plan.json")} | \
+        {".work/plan.json": after[".work/plan.json"]}
+    assert after[".work/plan.json"].count(b"false ") == 2
 
 
 def test_verify_decode_catches_what_the_header_cannot(tf):
@@ -476,6 +520,62 @@ def test_unsafe_tar_members_are_refused(tmp_path, member):
     assert str(path) in str(e.value)
 
 
+def _tar_bytes(members: dict[str, bytes]) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _damaged_train_tar(train_dir: Path, path: Path, damage) -> Path:
+    """ILSVRC2012_img_train.tar's layout, `damage(name, inner tar bytes)` applied to each per-class tar."""
+    inner = {f"{cls.name}.tar": _tar_bytes({f.name: f.read_bytes() for f in sorted(cls.iterdir())})
+             for cls in sorted(train_dir.iterdir())}
+    path.write_bytes(_tar_bytes({name: damage(name, data) for name, data in inner.items()}))
+    return path
+
+
+def _second_header(data: bytes) -> int:
+    import io
+
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        return t.getmembers()[1].offset
+
+
+def _overwrite(data: bytes, at: int, junk: bytes = b"x" * 100) -> bytes:
+    return data[:at] + junk + data[at + len(junk):]
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda d: _overwrite(d, 0), "n01440764.tar: not a readable tar archive (bad checksum)"),
+    # tarfile alone takes this for the end of the archive and drops the class's other images without a word
+    (lambda d: _overwrite(d, _second_header(d)), "n01440764.tar: corrupt at byte "),
+    (lambda d: d[:2048], "n01440764.tar: not a readable tar archive (unexpected end of data)"),
+])
+def test_a_damaged_per_class_tar_is_named_inside_the_archive(small_tree, tmp_path, damage, expected):
+    train = Path(small_tree["train_dir"])
+    tar = _damaged_train_tar(train, tmp_path / "ILSVRC2012_img_train.tar",
+                             lambda name, data: damage(data) if name == "n01440764.tar" else data)
+    with pytest.raises(PrepError) as e:
+        convert.make_plan(tar, None)
+    assert str(e.value).startswith(f"{tar}: {expected}"), str(e.value)
+
+
+def test_a_truncated_archive_is_named_with_the_member_it_ends_in(small_tree, tmp_path):
+    tar = _damaged_train_tar(Path(small_tree["train_dir"]), tmp_path / "train.tar", lambda name, data: data)
+    data = tar.read_bytes()
+    tar.write_bytes(data[:len(data) - 10240 - 2048])  # into the second per-class tar
+    with pytest.raises(PrepError, match=r"train.tar: truncated \(the data ends inside 'n02102040.tar'\)"):
+        convert.make_plan(tar, None)
+    good = _damaged_train_tar(Path(small_tree["train_dir"]), tmp_path / "good.tar", lambda name, data: data)
+    assert len(convert.make_plan(good, None, train_shards=1)["splits"]["train"]["files"]) == 4
+
+
 # ---------------------------------------------------------------------------------------------
 # Bounding boxes
 
@@ -544,9 +644,13 @@ def test_bad_inputs_raise_one_line_naming_the_path(small_tree, tmp_path):
         return msg
 
     fails(f"{tmp_path / 'missing'}: train input not found", tmp_path / "missing", None)
-    fails("neither a train nor a validation input", None, None)
-    fails("train_shards=5 is more than the 4 train images", train, None, train_shards=5)
-    fails("train_shards=0 must be a positive integer", train, None, train_shards=0)
+    fails("give --train-dir and/or --validation-dir", None, None)
+    fails("--train-shards 5 is more than the 4 train images", train, None, train_shards=5)
+    fails("--train-shards 0: must be a positive integer", train, None, train_shards=0)
+    fails("--validation-shards -1: must be a positive integer", train, None, validation_shards=-1)
+    fails("--max-pixels 0: must be a positive integer", train, None, max_pixels=0)
+    fails("--seed -1: must be a non-negative integer", train, None, seed=-1)
+    fails(f"--val-labels {vlab}: given without --validation-dir", train, None, vlab)
     kept = (val / "ILSVRC2012_val_00000004.JPEG").read_bytes()
     (val / "ILSVRC2012_val_00000004.JPEG").unlink()
     fails(f"{vlab}: labels 4 images but {val} holds 3", None, val, vlab, validation_shards=1)
@@ -586,7 +690,7 @@ def test_write_shard_and_finalize_refuse_what_does_not_match_the_plan(small_tree
         convert.finalize(plan, tmp_path, [r0])
     r1 = convert.write_shard(plan, "train", 1, tmp_path)
     (tmp_path / "train-00000-of-00003").write_bytes(b"")  # left over from a run with other shard counts
-    with pytest.raises(PrepError, match="not a shard of this plan"):
+    with pytest.raises(PrepError, match="not a shard of this conversion"):
         convert.finalize(plan, tmp_path, [r0, r1])
     (tmp_path / "train-00000-of-00003").unlink()
     m = convert.finalize(plan, tmp_path, [r1, r0])

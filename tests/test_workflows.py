@@ -239,7 +239,77 @@ def test_imagenet_rerun_with_other_shard_counts_is_refused_before_any_work(demo,
     assert r.returncode != 0
     lines = [line for line in r.stderr.splitlines() if line.startswith("imagenet-prep: error:")]
     assert len(lines) == 1, r.stderr[-3000:]
-    assert "seed 12345 there, 9 here; train_shards 4 there, 3 here" in lines[0], lines[0]
+    assert "--seed 12345 there, 9 here; --train-shards 4 there, 3 here" in lines[0], lines[0]
     assert "Traceback" not in r.stderr
     assert _tree_digest(out) == before
 
+
+def _imagenet_inputs_changed(raw: Path, tmp_path: Path, change: str) -> dict:
+    """The demo's ImageNet arguments with one input changed: relabelled (two validation labels swapped),
+    one train image fewer, or the same tree moved elsewhere."""
+    args = {"--train-dir": raw / "train", "--validation-dir": raw / "validation",
+            "--val-labels": raw / "validation_labels.txt"}
+    if change == "relabelled":
+        lines = args["--val-labels"].read_text().splitlines(True)
+        args["--val-labels"] = tmp_path / "relabelled.txt"
+        args["--val-labels"].write_text("".join([lines[1], lines[0], *lines[2:]]))
+    elif change == "train-less":
+        args["--train-dir"] = tmp_path / "train-less"
+        shutil.copytree(raw / "train", args["--train-dir"])
+        sorted(args["--train-dir"].glob("*/*.JPEG"))[0].unlink()
+    elif change == "moved":
+        shutil.copytree(raw, tmp_path / "moved")
+        args = {flag: tmp_path / "moved" / path.relative_to(raw) for flag, path in args.items()}
+    return {flag: str(path) for flag, path in args.items()}
+
+
+@pytest.mark.parametrize("change, expected", [
+    ("relabelled", "(--val-labels 50 labels (sha256 "),
+    ("train-less", "(--train-dir 200 files (sha256 "),
+])
+@pytest.mark.parametrize("state", ["finished", "in progress"])
+def test_imagenet_rerun_from_other_inputs_is_refused_before_any_work(demo, tmp_path, change, expected, state):
+    out = tmp_path / "imagenet"
+    shutil.copytree(demo / "imagenet", out)
+    if state == "in progress":  # killed after the plan and a shard: the plan, not MANIFEST.json, says what it is
+        for name in ("MANIFEST.json", ".receipts/MANIFEST.json.json", "train-00001-of-00004",
+                     ".receipts/train-00001-of-00004.json"):
+            (out / name).unlink()
+    before = _tree_digest(out)
+    args = _imagenet_inputs_changed(demo / "imagenet-raw", tmp_path, change)
+    r = run_luigi("ImageNet", *[a for kv in args.items() for a in kv], "--output-dir", str(out),
+                  "--train-shards", "4", "--validation-shards", "2", "--local-scheduler", "--workers", "1")
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("imagenet-prep: error:")]
+    assert len(lines) == 1, r.stderr[-3000:]
+    assert f"{out}: holds an ImageNet dataset made with other parameters {expected}" in lines[0], lines[0]
+    assert "give another --output-dir, or remove" in lines[0] and "Traceback" not in r.stderr
+    assert _tree_digest(out) == before  # not returned as complete, nor finished from the old plan
+
+
+def test_imagenet_rerun_from_the_same_images_elsewhere_is_complete(demo, tmp_path):
+    out = tmp_path / "imagenet"
+    shutil.copytree(demo / "imagenet", out)
+    before = _tree_digest(out)
+    args = _imagenet_inputs_changed(demo / "imagenet-raw", tmp_path, "moved")
+    r = run_luigi("ImageNet", *[a for kv in args.items() for a in kv], "--output-dir", str(out),
+                  "--train-shards", "4", "--validation-shards", "2", "--local-scheduler", "--workers", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "complete ones were encountered" in r.stdout + r.stderr
+    assert _tree_digest(out) == before
+
+
+
+@pytest.mark.parametrize("flag, value", [("--train-shards", "0"), ("--validation-shards", "-1"), ("--seed", "-5")])
+def test_imagenet_bad_counts_are_refused_by_their_flag_before_any_work(demo, tmp_path, flag, value):
+    raw = demo / "imagenet-raw"
+    args = {"--train-dir": str(raw / "train"), "--validation-dir": str(raw / "validation"),
+            "--val-labels": str(raw / "validation_labels.txt"), "--output-dir": str(tmp_path / "out"),
+            "--train-shards": "4", "--validation-shards": "2", flag: value}
+    r = run_luigi("ImageNet", *[a for kv in args.items() for a in kv], "--local-scheduler", "--workers", "1")
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("imagenet-prep: error:")]
+    assert lines == [f"imagenet-prep: error: {flag} {value}: must be a "
+                     f"{'non-negative' if flag == '--seed' else 'positive'} integer"], r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()

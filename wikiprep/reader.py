@@ -14,7 +14,7 @@ from typing import Iterator
 from shardkit.errors import PrepError
 from shardkit.example import decode_example
 from shardkit.records import find_files, read_records
-from shardkit.tf import op_error_text
+from shardkit.tf import error_text
 
 from .schema import BERT_INSTANCE, PRED, SEQ
 from .tokenization import Vocab
@@ -61,7 +61,7 @@ def parsed_batches(tf, files: list[Path], dims: dict[str, int]) -> Iterator[tupl
                 yield path, batch
         except tf.errors.OpError as e:
             found = BERT_INSTANCE.first_problem(read_records(path, check_crc=False), dims)
-            what = f"record {found[0]}: {found[1]}" if found else op_error_text(e)
+            what = f"record {found[0]}: {found[1]}" if found else error_text(e)
             raise PrepError(f"{path}: TensorFlow cannot parse it with the BERT schema "
                             f"(seq {dims[SEQ]}, {dims[PRED]} predictions): {what}") from None
 

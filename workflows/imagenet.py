@@ -37,14 +37,16 @@ class ImageNetPlan(ImageNetTask):
     def output(self):
         # In a hidden folder: the plan names the input paths, which differ between machines, so it
         # stays out of MANIFEST.json (and out of the way of readers that glob the output folder).
-        return ReceiptTarget(Path(self.output_dir) / ".work" / "plan.json")
+        return ReceiptTarget(Path(self.output_dir) / convert.WORK_DIR / convert.PLAN_NAME)
 
-    def run(self):
-        plan = convert.make_plan(self.train_dir, self.validation_dir, self.val_labels,
+    def make_plan(self) -> dict:
+        return convert.make_plan(self.train_dir, self.validation_dir, self.val_labels,
                                  synsets_file=self.synsets_file, metadata_file=self.metadata_file,
                                  bbox_dir=self.bbox_dir, train_shards=self.train_shards,
                                  validation_shards=self.validation_shards, seed=self.seed)
-        convert.write_plan(plan, self.output().path)
+
+    def run(self):
+        convert.write_plan(self.make_plan(), self.output().path)
         write_receipt(self.output().path)
 
 
@@ -77,11 +79,14 @@ class ImageNet(ImageNetTask):
                            for i in range(n)]}
 
     def check_before_work(self) -> None:
-        """An output folder holding a dataset made with another seed or other shard counts is refused before
-        anything runs, instead of being returned as complete. Checked here once, not per shard: Luigi asks
-        this task first, and nothing runs when it refuses."""
-        convert.check_output_dir(self.output_dir, {"seed": self.seed, "train_shards": self.train_shards,
-                                                   "validation_shards": self.validation_shards})
+        """An output folder holding a dataset made otherwise (another seed, other shard counts, other inputs:
+        convert.check_output_dir) is refused before anything runs, instead of being returned as complete or
+        finished from its old plan. Checked here once, not per shard: Luigi asks this task first, and nothing
+        runs when it refuses. The inputs are listed for it only when the folder holds something. Bad counts
+        (--train-shards 0) are refused here too."""
+        convert.check_parameters(train_shards=self.train_shards, validation_shards=self.validation_shards,
+                                 seed=self.seed)
+        convert.check_output_dir(self.output_dir, self.clone(ImageNetPlan).make_plan)
 
     def output(self):
         return ReceiptTarget(Path(self.output_dir) / "MANIFEST.json")
