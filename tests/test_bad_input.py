@@ -148,6 +148,19 @@ CASES: list[Bad] = [
          "--vocab_file={root}/vocab.txt"), "matches no file"),
     Bad("create-vocab-missing", CREATE[:3] + ("--vocab_file={root}/missing.txt", "--output_file={root}/out.tfrecord"),
         "missing.txt"),
+    # generation flags beyond GenerationOptions.check's bounds (within them, the original's instances)
+    Bad("create-seq-too-short", CREATE + ("--output_file={root}/out.tfrecord", "--max_seq_length=4"),
+        "max_seq_length=4: must be at least 5"),
+    Bad("create-seq-too-long", CREATE + ("--output_file={root}/out.tfrecord", "--max_seq_length=100000000"),
+        "max_seq_length=100000000: must be at most 1000000"),
+    Bad("create-negative-predictions", CREATE + ("--output_file={root}/out.tfrecord", "--max_predictions_per_seq=-1"),
+        "max_predictions_per_seq=-1: must be within [0, 1000000]"),
+    Bad("create-masked-lm-prob-above-1", CREATE + ("--output_file={root}/out.tfrecord", "--masked_lm_prob=1.5"),
+        "masked_lm_prob=1.5: must be within [0, 1]"),
+    Bad("create-short-seq-prob-nan", CREATE + ("--output_file={root}/out.tfrecord", "--short_seq_prob=nan"),
+        "short_seq_prob=nan: must be within [0, 1]"),
+    Bad("create-dupe-factor-0", CREATE + ("--output_file={root}/out.tfrecord", "--dupe_factor=0"),
+        "dupe_factor=0: must be at least 1"),
 
     # --- wikiprep verify / inspect / stats
     Bad("verify-changed-byte", ("wikiprep", "verify", "{root}/wiki_ds"), "checksum differs",

@@ -85,6 +85,8 @@ def _create(args: argparse.Namespace) -> None:
     for flag in ("input_file", "output_file", "vocab_file"):
         if not getattr(args, flag):
             raise PrepError(f"--{flag} is required")
+    options = GenerationOptions.from_object(args)
+    options.check()  # flags first: before the inputs are globbed and read
     inputs = expand_input_patterns(args.input_file)
     outputs = _split_list(args.output_file)
     index_files = _split_list(args.index_file)
@@ -93,8 +95,7 @@ def _create(args: argparse.Namespace) -> None:
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
-    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None,
-                                                GenerationOptions.from_object(args))
+    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options)
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)
