@@ -199,3 +199,39 @@ def read_dir_receipt(folder: str | os.PathLike) -> dict | None:
     if any((folder / n).stat().st_size != e["size"] for n, e in receipt["files"].items()):
         return None
     return receipt
+
+
+@contextlib.contextmanager
+def atomic_write_together(paths: list[str | os.PathLike]) -> Iterator[list[IO[bytes]]]:
+    """`atomic_write` for several files that are only valid together (records and their index, the
+    outputs of one run): one binary temporary per path, all opened before the block runs, and renamed
+    into place, in the order given, only once the block has finished and every one is fsynced.
+
+    On any exception before the renames every temporary is removed and every path left as it was.
+    Put last the files readers look for: a rename that fails midway (the path became a folder) leaves
+    the earlier ones committed. `paths` must be distinct.
+    """
+    paths = [Path(p) for p in paths]
+    tmps: list[Path] = []
+    files: list[IO[bytes]] = []
+    try:
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmps.append(_tmp_path(path))
+            files.append(open(tmps[-1], "wb"))
+        yield files
+        for f in files:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        for tmp, path in zip(tmps, paths):
+            os.replace(tmp, path)
+    except BaseException:
+        for f in files:
+            f.close()
+        for tmp in tmps:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        raise
+    for folder in dict.fromkeys(path.parent for path in paths):
+        fsync_dir(folder)
