@@ -136,6 +136,13 @@ def _write(rel: str, data: str | bytes) -> Callable[[Path], None]:
     return setup
 
 
+def _link(rel: str, target: str, hard: bool = False) -> Callable[[Path], None]:
+    """`rel`: a symbolic (or hard) link to the world's `target`."""
+    def setup(root: Path) -> None:
+        (os.link if hard else os.symlink)(root / target, root / rel)
+    return setup
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -161,6 +168,29 @@ CASES: list[Bad] = [
         "short_seq_prob=nan: must be within [0, 1]"),
     Bad("create-dupe-factor-0", CREATE + ("--output_file={root}/out.tfrecord", "--dupe_factor=0"),
         "dupe_factor=0: must be at least 1"),
+    # an output or index that is an input, the vocab or another output, under any name (#13, part 2)
+    Bad("create-output-is-the-input", CREATE + ("--output_file={root}/corpus.txt",),
+        "output file {root}/corpus.txt is the same file as the input file {root}/corpus.txt"),
+    Bad("create-output-is-the-vocab-through-a-symlink", CREATE + ("--output_file={root}/link.tfrecord",),
+        "output file {root}/link.tfrecord is the same file as the vocab file {root}/vocab.txt",
+        setup=_link("link.tfrecord", "vocab.txt")),
+    Bad("create-output-is-a-hard-link-of-the-input", CREATE + ("--output_file={root}/hard.tfrecord",),
+        "output file {root}/hard.tfrecord is the same file as the input file {root}/corpus.txt",
+        setup=_link("hard.tfrecord", "corpus.txt", hard=True)),
+    Bad("create-index-is-the-vocab", CREATE + ("--output_file={root}/out.tfrecord", "--index_file={root}/vocab.txt"),
+        "index file {root}/vocab.txt is the same file as the vocab file {root}/vocab.txt"),
+    Bad("create-index-is-its-output", CREATE + ("--output_file={root}/out.tfrecord", "--index_file={root}/out.tfrecord"),
+        "index file {root}/out.tfrecord is the same file as the output file {root}/out.tfrecord"),
+    Bad("create-two-outputs-one-file", CREATE + ("--output_file={root}/a.tfrecord,{root}/wiki_ds/../a.tfrecord",),
+        "output file {root}/wiki_ds/../a.tfrecord is the same file as the output file {root}/a.tfrecord"),
+    Bad("create-output-is-a-folder", CREATE + ("--output_file={root}/wiki_ds",), "{root}/wiki_ds: is a folder"),
+    # an index that cannot be written commits no output, and changes no good one (#13, part 3)
+    Bad("create-index-below-a-file", CREATE + ("--output_file={root}/wiki_ds/wiki_00000.tfrecord",
+                                               "--index_file={root}/corpus.txt/wiki_00000.index"),
+        "index file {root}/corpus.txt/wiki_00000.index: {root}/corpus.txt is not a folder"),
+    Bad("create-second-index-below-a-file", CREATE + ("--output_file={root}/a.tfrecord,{root}/b.tfrecord",
+                                                      "--index_file={root}/a.index,{root}/corpus.txt/b.index"),
+        "index file {root}/corpus.txt/b.index: {root}/corpus.txt is not a folder"),
 
     # --- wikiprep verify / inspect / stats
     Bad("verify-changed-byte", ("wikiprep", "verify", "{root}/wiki_ds"), "checksum differs",

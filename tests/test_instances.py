@@ -428,3 +428,32 @@ def test_bad_input_is_one_clear_error_and_leaves_nothing(fixtures, tmp_path):
     assert str(no_mask) in fails([good], vocab=str(no_mask)) and "[MASK]" in fails([good], vocab=str(no_mask))
     assert "max_seq_length" in fails([good], max_seq_length=4)
     assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_outputs_and_indexes_are_committed_together_or_not_at_all(fixtures, tmp_path, monkeypatch):
+    from shardkit import records
+    from wikiprep import instances
+
+    good = [str(FIXTURES / "inputs" / "sample_text.txt")]
+    outs = [str(tmp_path / f"o{i}.tfrecord") for i in range(3)]
+    (tmp_path / "o1.tfrecord").write_bytes(b"an older good output")
+    (tmp_path / "plain_file").write_text("")
+    before = sorted(os.listdir(tmp_path))
+    monkeypatch.setattr(instances, "check_output_paths", lambda *args: None)  # what its checks cannot foresee:
+    with pytest.raises(OSError):  # the last index's folder cannot be made
+        write_pretraining_files(good, _vocab(), outs, [str(tmp_path / "o0.index"), None,
+                                                       str(tmp_path / "plain_file" / "o2.index")], Opts(dupe_factor=1))
+    frame, calls = records.frame_record, []
+
+    def failing_frame(data):  # the disk fills up while the last records are copied out
+        calls.append(1)
+        if len(calls) > 3:
+            raise OSError(28, "No space left on device")
+        return frame(data)
+
+    monkeypatch.setattr(records, "frame_record", failing_frame)
+    with pytest.raises(OSError, match="No space"):
+        write_pretraining_files(good, _vocab(), outs, [str(tmp_path / f"o{i}.index") for i in range(3)],
+                                Opts(dupe_factor=1))
+    assert sorted(os.listdir(tmp_path)) == before and (tmp_path / "o1.tfrecord").read_bytes() == b"an older good output"
+

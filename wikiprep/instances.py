@@ -38,7 +38,7 @@ from typing import Callable, Iterator, Sequence
 
 from shardkit.errors import PrepError
 from shardkit.example import encode_example, varint
-from shardkit.records import RecordWriter
+from shardkit.records import record_writers
 
 from .options import GenerationOptions
 from .schema import BERT_INSTANCE
@@ -539,12 +539,48 @@ class _Stats:
         }
 
 
+def _file_identity(path: str | os.PathLike) -> tuple:
+    """What every name of one file shares: (device, inode) when it exists, whatever symlinks or hard
+    links lead to it; else its real path (symlinked folders and `..` resolved)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", st.st_dev, st.st_ino)
+
+
+def check_output_paths(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str | os.PathLike],
+                       index_files: Sequence[str | os.PathLike | None]) -> None:
+    """Refuse, before anything is written, an output or index file that is (under any name) an input,
+    the vocab or another output or index, and one that cannot be created: a folder, below a file, or
+    in a folder without write permission. One PrepError line naming both files, or the folder."""
+    seen: dict[tuple, str] = {}
+    for role, path in [("input file", p) for p in input_files] + [("vocab file", vocab_file)]:
+        seen.setdefault(_file_identity(path), f"{role} {path}")
+    for role, path in ([("output file", p) for p in output_files]
+                       + [("index file", p) for p in index_files if p is not None]):
+        if os.path.isdir(path):
+            raise PrepError(f"{role} {path}: is a folder")
+        folder = Path(os.path.abspath(path)).parent
+        while not folder.exists():  # the folders atomic_write would create
+            folder = folder.parent
+        if not folder.is_dir():
+            raise PrepError(f"{role} {path}: {folder} is not a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PrepError(f"{role} {path}: folder {folder} is not writable")
+        identity = _file_identity(path)
+        if identity in seen:
+            raise PrepError(f"{role} {path} is the same file as the {seen[identity]}: refusing to overwrite it")
+        seen[identity] = f"{role} {path}"
+
+
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
                             index_files: Sequence[str | None] | None, opts: GenerationOptions) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
-    `index_files[i]` (or None) is the index of `output_files[i]`. Every output and index is
-    committed atomically: on any error none of them appears.
+    `index_files[i]` (or None) is the index of `output_files[i]`. The options and paths are checked
+    (`GenerationOptions.check`, `check_output_paths`) before anything is written, and every output
+    and index is committed together (`record_writers`): on any error none of them appears.
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -552,19 +588,21 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     indexes = list(index_files) if index_files is not None else [None] * len(outputs)
     if len(indexes) != len(outputs):
         raise PrepError(f"{len(indexes)} index files given for {len(outputs)} output files")
-    named = [p.resolve() for p in outputs] + [Path(i).resolve() for i in indexes if i is not None]
-    if len(set(named)) != len(named):
-        raise PrepError(f"output files {', '.join(map(str, outputs))}: a file is named twice")
+    opts.check()
+    if isinstance(input_files, (str, os.PathLike)):
+        input_files = [input_files]
+    check_output_paths(input_files, vocab_file, outputs, indexes)
     vocab, corpus = prepare(input_files, vocab_file, opts)
     rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
     encoder = InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq)
-    outputs[0].parent.mkdir(parents=True, exist_ok=True)
     # ".tmp-" in the name: atomic.remove_stale_temps deletes it if this process is killed.
     spill_path = outputs[0].with_name(f"{outputs[0].name}.tmp-instances-{os.getpid()}")
     offsets = array("q", [0])
     try:
-        with open(spill_path, "w+b", buffering=1 << 20) as spill:
+        # Every output's and index's temporary is opened first: one that cannot be written fails
+        # before the work, and none is committed unless all are complete.
+        with record_writers(outputs, indexes) as writers, open(spill_path, "w+b", buffering=1 << 20) as spill:
             write, encode, offset = spill.write, encoder.encode, offsets.append
             lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next
 
@@ -580,13 +618,12 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
             spill.flush()
             order = array("q", range(len(offsets) - 1))
             rng.shuffle(order)  # draw: shuffle(instances)
-            with contextlib.ExitStack() as stack:
-                writes = [stack.enter_context(RecordWriter(p, i)).write for p, i in zip(outputs, indexes)]
-                # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
-                fd, pread, n_out = spill.fileno(), os.pread, len(writes)
-                for k, inst in enumerate(order):
-                    start = offsets[inst]
-                    writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
+            writes = [w.write for w in writers]
+            # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
+            fd, pread, n_out = spill.fileno(), os.pread, len(writes)
+            for k, inst in enumerate(order):
+                start = offsets[inst]
+                writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
     finally:
         with contextlib.suppress(FileNotFoundError):
             spill_path.unlink()
