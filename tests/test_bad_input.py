@@ -168,6 +168,18 @@ CASES: list[Bad] = [
         "short_seq_prob=nan: must be within [0, 1]"),
     Bad("create-dupe-factor-0", CREATE + ("--output_file={root}/out.tfrecord", "--dupe_factor=0"),
         "dupe_factor=0: must be at least 1"),
+    # file lists that name no file, or an empty one (#13, part 4)
+    Bad("create-input-list-names-no-file", ("wikiprep", "create-pretraining-data", "--input_file=,",
+                                            "--vocab_file={root}/vocab.txt", "--output_file={root}/out.tfrecord"),
+        "--input_file: no input file given"),
+    Bad("create-output-list-names-no-file", CREATE + ("--output_file=,",), "--output_file=,: names no file"),
+    Bad("create-output-list-empty-name", CREATE + ("--output_file={root}/a.tfrecord,,{root}/b.tfrecord",),
+        "an empty file name in the list"),
+    Bad("create-index-list-names-no-file", CREATE + ("--output_file={root}/out.tfrecord", "--index_file=,"),
+        "--index_file=,: names no file"),
+    Bad("create-index-count-differs", CREATE + ("--output_file={root}/a.tfrecord,{root}/b.tfrecord",
+                                                "--index_file={root}/a.index"),
+        "--index_file lists 1 files for 2 --output_file files"),
     # an output or index that is an input, the vocab or another output, under any name (#13, part 2)
     Bad("create-output-is-the-input", CREATE + ("--output_file={root}/corpus.txt",),
         "output file {root}/corpus.txt is the same file as the input file {root}/corpus.txt"),
