@@ -112,6 +112,30 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _open_temp(path: Path, mode: str = "wb", encoding: str | None = None) -> tuple[Path, IO]:
+    """The temporary of `path`, opened: its folder made, dead writers' temporaries of it removed."""
+    if path.is_dir():
+        raise PrepError(f"{path}: is a folder; cannot write a file there")
+    make_parent_folder(path)
+    remove_dead_temps(path)
+    tmp = _tmp_path(path)
+    if "b" not in mode and encoding is None:
+        encoding = "utf-8"
+    try:
+        return tmp, open(tmp, mode, encoding=encoding)
+    except OSError as e:
+        raise write_error(path, e) from e
+
+
+def _discard(opened: list[tuple[Path, IO]]) -> None:
+    for tmp, f in opened:
+        # close() flushes what is buffered, and fails again on a full disk: the temporary goes regardless.
+        with contextlib.suppress(OSError):
+            f.close()
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success fsync and rename it to `path`.
@@ -121,17 +145,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
     disk) becomes a PrepError naming `path`. Dead writers' temporaries of `path` are removed first.
     """
     path = Path(path)
-    if path.is_dir():
-        raise PrepError(f"{path}: is a folder; cannot write a file there")
-    make_parent_folder(path)
-    remove_dead_temps(path)
-    tmp = _tmp_path(path)
-    if "b" not in mode and encoding is None:
-        encoding = "utf-8"
-    try:
-        f = open(tmp, mode, encoding=encoding)
-    except OSError as e:
-        raise write_error(path, e) from e
+    tmp, f = _open_temp(path, mode, encoding)
     try:
         yield f
         f.flush()
@@ -140,11 +154,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except BaseException as e:
-        # close() flushes what is buffered, and fails again on a full disk: the temporary goes regardless.
-        with contextlib.suppress(OSError):
-            f.close()
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        _discard([(tmp, f)])
         if _is_own_write_error(e, tmp):
             raise write_error(path, e) from e
         raise
@@ -296,3 +306,36 @@ def read_dir_receipt(folder: str | os.PathLike) -> dict | None:
     if any((folder / n).stat().st_size != e["size"] for n, e in receipt["files"].items()):
         return None
     return receipt
+
+
+@contextlib.contextmanager
+def atomic_write_together(paths: list[str | os.PathLike]) -> Iterator[list[IO[bytes]]]:
+    """`atomic_write` for several files that are only valid together (records and their index, the
+    outputs of one run): one binary temporary per path, all opened before the block runs, and renamed
+    into place, in the order given, only once the block has finished and every one is fsynced.
+
+    On any exception before the renames every temporary is removed and every path left as it was,
+    and an OSError of a write becomes a PrepError naming its file, as in `atomic_write`.
+    Put last the files readers look for: a rename that fails midway (the path became a folder) leaves
+    the earlier ones committed. `paths` must be distinct.
+    """
+    paths = [Path(p) for p in paths]
+    opened: list[tuple[Path, IO[bytes]]] = []
+    try:
+        for path in paths:
+            opened.append(_open_temp(path))
+        yield [f for _, f in opened]
+        for _, f in opened:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        for (tmp, _), path in zip(opened, paths):
+            os.replace(tmp, path)
+    except BaseException as e:
+        _discard(opened)
+        for (tmp, _), path in zip(opened, paths):
+            if _is_own_write_error(e, tmp):  # a full disk (no file name) is put on the first of them
+                raise write_error(path, e) from e
+        raise
+    for folder in dict.fromkeys(path.parent for path in paths):
+        fsync_dir(folder)

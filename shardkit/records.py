@@ -7,14 +7,15 @@ format of `tfrecord`'s `tfrecord2idx` and of DALI.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import struct
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import crc32c as _crc32c
 
-from .atomic import atomic_write
+from .atomic import atomic_write_together
 from .errors import PrepError
 
 
@@ -36,9 +37,12 @@ def index_path_for(record_path: str | Path) -> Path:
 
 
 class RecordWriter:
-    """Write framed records to `path` and their index to `index_path`, both committed atomically.
+    """Write framed records to `path` and their index to `index_path`, committed together atomically.
 
-    Use as a context manager: nothing appears at `path` unless the block finishes without error.
+    Use as a context manager: neither file appears unless the block finishes without error, and
+    the record file never without its index (both temporaries are opened on entry, so an index
+    that cannot be written fails before any record is; the index is renamed into place first).
+    `record_writers` commits several record files together.
     """
 
     def __init__(self, path: str | Path, index_path: str | Path | None = None):
@@ -46,27 +50,42 @@ class RecordWriter:
         self.index_path = Path(index_path) if index_path is not None else None
         self.count = 0
         self._offset = 0
-        self._index_lines: list[str] = []
+        self._f = self._index = None
 
     def __enter__(self) -> "RecordWriter":
-        self._ctx = atomic_write(self.path, "wb")
-        self._f = self._ctx.__enter__()
+        self._ctx = atomic_write_together(([self.index_path] if self.index_path is not None else []) + [self.path])
+        *index, self._f = self._ctx.__enter__()
+        self._index = index[0] if index else None
         return self
 
     def write(self, data: bytes) -> None:
         framed = frame_record(data)
         self._f.write(framed)
-        if self.index_path is not None:
-            self._index_lines.append(f"{self._offset} {len(framed)}\n")
+        if self._index is not None:
+            self._index.write(b"%d %d\n" % (self._offset, len(framed)))
         self._offset += len(framed)
         self.count += 1
 
     def __exit__(self, exc_type, exc, tb):
         self._ctx.__exit__(exc_type, exc, tb)
-        if exc_type is None and self.index_path is not None:
-            with atomic_write(self.index_path, "w") as f:
-                f.writelines(self._index_lines)
         return False
+
+
+@contextlib.contextmanager
+def record_writers(paths: Sequence[str | Path], index_paths: Sequence[str | Path | None]) -> Iterator[list[RecordWriter]]:
+    """A RecordWriter per path (`index_paths[i]` its index, or None), all committed together.
+
+    No record or index file appears unless the block finishes without error; every temporary is
+    opened on entry, and every index is renamed into place before the first record file.
+    """
+    writers = [RecordWriter(p, i) for p, i in zip(paths, index_paths, strict=True)]
+    indexed = [w for w in writers if w.index_path is not None]
+    with atomic_write_together([w.index_path for w in indexed] + [w.path for w in writers]) as files:
+        for w, f in zip(indexed, files):
+            w._index = f
+        for w, f in zip(writers, files[len(indexed):]):
+            w._f = f
+        yield writers
 
 
 def write_records(path: str | Path, payloads: Iterable[bytes], index_path: str | Path | None = None) -> int:

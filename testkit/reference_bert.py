@@ -170,10 +170,12 @@ def _reference_document(docs, di, max_seq_length, short_seq_prob, masked_lm_prob
                 tokens_b = [t for seg in chunk[a_end:] for t in seg]
             while len(tokens_a) + len(tokens_b) > max_num_tokens:
                 longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+                assert len(longer) >= 1  # the original's asserts: they are what refuses max_seq_length < 5
                 if rng.random() < 0.5:
                     del longer[0]
                 else:
                     longer.pop()
+            assert len(tokens_a) >= 1 and len(tokens_b) >= 1
             tokens = ["[CLS]", *tokens_a, "[SEP]", *tokens_b, "[SEP]"]
             segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
             instances.append(_reference_masked(tokens, segment_ids, is_random, masked_lm_prob, max_pred,

@@ -327,6 +327,13 @@ def _remove(rel: str) -> Callable[[Path], None]:
     return lambda root: (root / rel).unlink()
 
 
+def _link(rel: str, target: str, hard: bool = False) -> Callable[[Path], None]:
+    """`rel`: a symbolic (or hard) link to the world's `target`."""
+    def setup(root: Path) -> None:
+        (os.link if hard else os.symlink)(root / target, root / rel)
+    return setup
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -366,6 +373,58 @@ CASES: list[Bad] = [
          "--vocab_file={root}/vocab.txt"), "matches no file"),
     Bad("create-vocab-missing", CREATE[:3] + ("--vocab_file={root}/missing.txt", "--output_file={root}/out.tfrecord"),
         "missing.txt"),
+    # generation flags beyond GenerationOptions.check's bounds (within them, the original's instances)
+    Bad("create-seq-too-short", CREATE + ("--output_file={root}/out.tfrecord", "--max_seq_length=4"),
+        "max_seq_length=4: must be at least 5"),
+    Bad("create-seq-too-long", CREATE + ("--output_file={root}/out.tfrecord", "--max_seq_length=100000000"),
+        "max_seq_length=100000000: must be at most 1000000"),
+    Bad("create-negative-predictions", CREATE + ("--output_file={root}/out.tfrecord", "--max_predictions_per_seq=-1"),
+        "max_predictions_per_seq=-1: must be within [0, 1000000]"),
+    Bad("create-masked-lm-prob-above-1", CREATE + ("--output_file={root}/out.tfrecord", "--masked_lm_prob=1.5"),
+        "masked_lm_prob=1.5: must be within [0, 1]"),
+    Bad("create-short-seq-prob-nan", CREATE + ("--output_file={root}/out.tfrecord", "--short_seq_prob=nan"),
+        "short_seq_prob=nan: must be within [0, 1]"),
+    Bad("create-dupe-factor-0", CREATE + ("--output_file={root}/out.tfrecord", "--dupe_factor=0"),
+        "dupe_factor=0: must be at least 1"),
+    # file lists that name no file, or an empty one (#13, part 4)
+    Bad("create-input-list-names-no-file", ("wikiprep", "create-pretraining-data", "--input_file=,",
+                                            "--vocab_file={root}/vocab.txt", "--output_file={root}/out.tfrecord"),
+        "--input_file: no input file given"),
+    Bad("create-output-list-names-no-file", CREATE + ("--output_file=,",), "--output_file=,: names no file"),
+    Bad("create-output-list-empty-name", CREATE + ("--output_file={root}/a.tfrecord,,{root}/b.tfrecord",),
+        "an empty file name in the list"),
+    Bad("create-index-list-names-no-file", CREATE + ("--output_file={root}/out.tfrecord", "--index_file=,"),
+        "--index_file=,: names no file"),
+    Bad("create-index-count-differs", CREATE + ("--output_file={root}/a.tfrecord,{root}/b.tfrecord",
+                                                "--index_file={root}/a.index"),
+        "--index_file lists 1 files for 2 --output_file files"),
+    # an output or index that is an input, the vocab or another output, under any name (#13, part 2)
+    Bad("create-output-is-the-input", CREATE + ("--output_file={root}/corpus.txt",),
+        "output file {root}/corpus.txt is the same file as the input file {root}/corpus.txt"),
+    Bad("create-output-is-the-vocab-through-a-symlink", CREATE + ("--output_file={root}/link.tfrecord",),
+        "output file {root}/link.tfrecord is the same file as the vocab file {root}/vocab.txt",
+        setup=_link("link.tfrecord", "vocab.txt")),
+    Bad("create-output-is-a-hard-link-of-the-input", CREATE + ("--output_file={root}/hard.tfrecord",),
+        "output file {root}/hard.tfrecord is the same file as the input file {root}/corpus.txt",
+        setup=_link("hard.tfrecord", "corpus.txt", hard=True)),
+    Bad("create-index-is-the-vocab", CREATE + ("--output_file={root}/out.tfrecord", "--index_file={root}/vocab.txt"),
+        "index file {root}/vocab.txt is the same file as the vocab file {root}/vocab.txt"),
+    Bad("create-index-is-its-output", CREATE + ("--output_file={root}/out.tfrecord", "--index_file={root}/out.tfrecord"),
+        "index file {root}/out.tfrecord is the same file as the output file {root}/out.tfrecord"),
+    Bad("create-two-outputs-one-file", CREATE + ("--output_file={root}/a.tfrecord,{root}/wiki_ds/../a.tfrecord",),
+        "output file {root}/wiki_ds/../a.tfrecord is the same file as the output file {root}/a.tfrecord"),
+    Bad("create-disk-full", CREATE + ("--output_file={root}/out/a.tfrecord",), "{root}/out/a.tfrecord: cannot write",
+        file_size_limit=3000, may_add=("out",)),
+    Bad("create-output-under-a-file", CREATE + ("--output_file={root}/corpus.txt/a.tfrecord",),
+        "{root}/corpus.txt is not a folder"),
+    Bad("create-output-is-a-folder", CREATE + ("--output_file={root}/wiki_ds",), "{root}/wiki_ds: is a folder"),
+    # an index that cannot be written commits no output, and changes no good one (#13, part 3)
+    Bad("create-index-below-a-file", CREATE + ("--output_file={root}/wiki_ds/wiki_00000.tfrecord",
+                                               "--index_file={root}/corpus.txt/wiki_00000.index"),
+        "index file {root}/corpus.txt/wiki_00000.index: {root}/corpus.txt is not a folder"),
+    Bad("create-second-index-below-a-file", CREATE + ("--output_file={root}/a.tfrecord,{root}/b.tfrecord",
+                                                      "--index_file={root}/a.index,{root}/corpus.txt/b.index"),
+        "index file {root}/corpus.txt/b.index: {root}/corpus.txt is not a folder"),
 
     Bad("create-output-is-a-folder", CREATE + ("--output_file={root}/wiki_ds",), "{root}/wiki_ds: is a folder"),
 

@@ -170,6 +170,102 @@ def test_the_ported_original_reproduces_a_fixture(fixtures):
 
 
 # ---------------------------------------------------------------------------------------------
+# Sequence settings: every combination the original accepts, in memory linear in the length
+
+def _long_documents(path: Path, vocab_path: Path, docs: int, seed: int = 0) -> None:
+    """A tiny vocabulary and `docs` documents of ~150 sentences of 5-400 tokens: instances of every length."""
+    words = ["the", "old", "city", "river", "north", "south", "new", "walk", "a", "of", "##s", "##ed", "##ing"]
+    vocab_path.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, "."]) + "\n")
+    rng = random.Random(seed)
+    body = ["\n".join(" ".join(rng.choice(words[:10]) + rng.choice(["", "", "s", "ed", "ing"])
+                               for _ in range(rng.randint(5, 400))) + " ." for _ in range(150))
+            for _ in range(docs)]
+    path.write_text("\n\n".join(body) + "\n")
+
+
+@pytest.mark.parametrize("seq,pred", [(5, 20), (128, 200), (16, 16), (6, 0), (7, 1)])
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_odd_sequence_settings_give_the_original_instances(fixtures, tmp_path, seq, pred, whole_word):
+    # More predictions than positions, none, the shortest sequence the original can make: it pads
+    # masked_lm_* to max_predictions_per_seq whatever max_seq_length is, and so does the writer.
+    flags = dict(max_seq_length=seq, max_predictions_per_seq=pred, do_whole_word_mask=whole_word, dupe_factor=2,
+                 random_seed=3, short_seq_prob=0.3)
+    files = [str(FIXTURES / "inputs" / "sample_text.txt")]
+    theirs = reference.reference_instances(files, _vocab(), **flags)
+    assert _first_difference(list(generate_instances(files, _vocab(), Opts(**flags))), theirs) is None
+    out = tmp_path / "odd.tfrecord"
+    write_pretraining_files(files, _vocab(), [str(out)], [str(tmp_path / "odd.index")], Opts(**flags))
+    assert list(read_records(out)) == [encode_features(e) for e in theirs]
+
+
+def test_long_sequences_give_the_original_instances(tmp_path):
+    # Above 1024 positions or 256 predictions the encoder's tables are built on demand: the same bytes.
+    text, vocab = tmp_path / "long.txt", tmp_path / "vocab.txt"
+    _long_documents(text, vocab, docs=3)
+    flags = dict(max_seq_length=3000, max_predictions_per_seq=400, short_seq_prob=0.5, dupe_factor=2,
+                 do_whole_word_mask=True, random_seed=8)
+    theirs = reference.reference_instances([str(text)], str(vocab), **flags)
+    lengths = {sum(e["input_mask"]) for e in theirs}
+    assert 3000 in lengths and any(1024 < n < 3000 for n in lengths)  # full length, and other long ones
+    out = tmp_path / "long.tfrecord"
+    write_pretraining_files([str(text)], str(vocab), [str(out)], None, Opts(**flags))
+    assert list(read_records(out)) == [encode_features(e) for e in theirs]
+
+
+@pytest.mark.parametrize("seq", [3, 4])
+def test_sequences_too_short_for_the_original_are_refused(fixtures, seq):
+    files = [str(FIXTURES / "inputs" / "sample_text.txt")]
+    with pytest.raises(AssertionError):  # the original's assertion: A or B truncated to nothing
+        reference.reference_instances(files, _vocab(), max_seq_length=seq, short_seq_prob=0.0, dupe_factor=1)
+    with pytest.raises(PrepError, match=f"max_seq_length={seq}: must be at least 5"):
+        list(generate_instances(files, _vocab(), Opts(max_seq_length=seq)))
+
+
+def test_the_dataset_library_checks_options_before_it_writes(fixtures, tmp_path):
+    from wikiprep import dataset
+
+    bad = Opts(masked_lm_prob=2.0)
+    with pytest.raises(PrepError, match="masked_lm_prob=2.0"):
+        dataset.describe(bad, None, wiki="enwiki", dump_date="20240101", multistream=True, extract_slice_mb=0,
+                         num_shards=1, min_doc_chars=0, vocab_size=30522)
+    folder = tmp_path / "seq128_mask20_dup10"
+    with pytest.raises(PrepError, match="masked_lm_prob=2.0"):
+        dataset.write_shard(FIXTURES / "inputs" / "sample_text.txt", _vocab(), folder / "wiki_00000.tfrecord", bad,
+                            {"max_seq_length": 128})
+    assert not folder.exists() or not any(folder.iterdir())  # no dataset.json claims the folder
+
+
+MEMORY_RUN = r"""
+import sys, tracemalloc
+from wikiprep.instances import write_pretraining_files
+from wikiprep.options import GenerationOptions
+text, vocab, out, seq = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+tracemalloc.start()
+stats = write_pretraining_files([text], vocab, [out], None, GenerationOptions(
+    max_seq_length=seq, max_predictions_per_seq=seq // 8, short_seq_prob=1.0, dupe_factor=2))
+print(tracemalloc.get_traced_memory()[1], len(stats["sequence_length_histogram"]))
+"""
+
+
+def test_memory_is_linear_in_the_sequence_length(tmp_path):
+    # A table of padding runs per length took seq**2 bytes (422 MB at seq 20000); shuffle steps
+    # cached per candidate-list length grew the same way. Every instance here has its own random
+    # target length, so a table per length would show.
+    text, vocab = tmp_path / "long.txt", tmp_path / "vocab.txt"
+    _long_documents(text, vocab, docs=4)
+    peaks = {}
+    for seq in (2000, 20000):
+        res = subprocess.run([sys.executable, "-c", MEMORY_RUN, str(text), str(vocab), str(tmp_path / "o.tfrecord"),
+                              str(seq)], capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        peak, lengths = map(int, res.stdout.split())
+        assert lengths > 40  # many distinct instance lengths
+        peaks[seq] = peak
+    # The corpus and a few records dominate; ten times the length adds well under 10 MB (not 400).
+    assert peaks[20000] - peaks[2000] < 10e6, peaks
+
+
+# ---------------------------------------------------------------------------------------------
 # Tokenization
 
 def _tiny_vocab(tmp_path: Path, words: list[str]) -> Vocab:
@@ -332,3 +428,32 @@ def test_bad_input_is_one_clear_error_and_leaves_nothing(fixtures, tmp_path):
     assert str(no_mask) in fails([good], vocab=str(no_mask)) and "[MASK]" in fails([good], vocab=str(no_mask))
     assert "max_seq_length" in fails([good], max_seq_length=4)
     assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_outputs_and_indexes_are_committed_together_or_not_at_all(fixtures, tmp_path, monkeypatch):
+    from shardkit import records
+    from wikiprep import instances
+
+    good = [str(FIXTURES / "inputs" / "sample_text.txt")]
+    outs = [str(tmp_path / f"o{i}.tfrecord") for i in range(3)]
+    (tmp_path / "o1.tfrecord").write_bytes(b"an older good output")
+    (tmp_path / "plain_file").write_text("")
+    before = sorted(os.listdir(tmp_path))
+    monkeypatch.setattr(instances, "check_output_paths", lambda *args: None)  # what its checks cannot foresee:
+    with pytest.raises(OSError):  # the last index's folder cannot be made
+        write_pretraining_files(good, _vocab(), outs, [str(tmp_path / "o0.index"), None,
+                                                       str(tmp_path / "plain_file" / "o2.index")], Opts(dupe_factor=1))
+    frame, calls = records.frame_record, []
+
+    def failing_frame(data):  # the disk fills up while the last records are copied out
+        calls.append(1)
+        if len(calls) > 3:
+            raise OSError(28, "No space left on device")
+        return frame(data)
+
+    monkeypatch.setattr(records, "frame_record", failing_frame)
+    with pytest.raises(OSError, match="No space"):
+        write_pretraining_files(good, _vocab(), outs, [str(tmp_path / f"o{i}.index") for i in range(3)],
+                                Opts(dupe_factor=1))
+    assert sorted(os.listdir(tmp_path)) == before and (tmp_path / "o1.tfrecord").read_bytes() == b"an older good output"
+

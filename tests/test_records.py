@@ -96,6 +96,38 @@ def test_failed_write_leaves_nothing_behind(tmp_path):
     assert sorted(os.listdir(path.parent)) == []
 
 
+def test_a_record_file_is_never_committed_without_its_index(tmp_path):
+    path = tmp_path / "x.tfrecord"
+    (tmp_path / "plain_file").write_text("")
+    with pytest.raises(OSError):  # the index's folder cannot be made: fails on entry, before any record
+        with records.RecordWriter(path, tmp_path / "plain_file" / "x.index") as w:
+            w.write(b"abc")
+    assert sorted(os.listdir(tmp_path)) == ["plain_file"]
+
+
+def test_record_writers_commit_every_file_or_none(tmp_path):
+    paths = [tmp_path / f"x{i}.tfrecord" for i in range(3)]
+    paths[1].write_bytes(b"an older good file")
+    (tmp_path / "plain_file").write_text("")
+    with pytest.raises(OSError):  # the last index cannot be written: not even x0 and its index appear
+        with records.record_writers(paths, [tmp_path / "x0.index", None, tmp_path / "plain_file" / "x2.index"]):
+            pass
+    with pytest.raises(RuntimeError):
+        with records.record_writers(paths, [tmp_path / "x0.index", None, tmp_path / "x2.index"]) as writers:
+            for w in writers:
+                w.write(b"abc")
+            raise RuntimeError("killed after every record was written")
+    assert sorted(os.listdir(tmp_path)) == ["plain_file", "x1.tfrecord"]
+    assert paths[1].read_bytes() == b"an older good file"
+    with records.record_writers(paths, [tmp_path / "x0.index", None, tmp_path / "x2.index"]) as writers:
+        for n, w in enumerate(writers):
+            for k in range(n + 1):
+                w.write(b"r" * k)
+    assert [len(list(records.read_records(p))) for p in paths] == [1, 2, 3]
+    assert records.check_index(paths[2], tmp_path / "x2.index") == 3 and not (tmp_path / "x1.index").exists()
+    assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
+
+
 def test_receipts_mark_completion_and_detect_truncation(tmp_path):
     path = tmp_path / "data.bin"
     assert atomic.read_receipt(path) is None

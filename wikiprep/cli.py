@@ -10,7 +10,9 @@ the same flags, spellings and defaults (absl style: `--flag=value`, `--flag valu
 `--flag` / `--noflag` for booleans), the same instances in the same order. It adds
 `--fixed_mask_count` (Graphcore's mask count) and `--index_file` (an `offset length` index per
 output file). `--input_file` is a comma-separated list of globs, each expanded in sorted order;
-a glob matching nothing is an error (the original silently skipped it).
+a glob matching nothing is an error (the original silently skipped it). Refused before anything
+is written: flags outside `GenerationOptions.check`'s bounds, an empty name in `--output_file` or
+`--index_file`, and an output or index that is an input, the vocab or another output.
 
 `verify` stops at the first problem with one line and exit status 1; `stats` writes
 stats.json and report.txt into REPORT_DIR. Each command is argparse and one call into the library
@@ -87,24 +89,34 @@ def expand_input_patterns(spec: str) -> list[str]:
     return files
 
 
-def _split_list(spec: str | None) -> list[str]:
-    return [s.strip() for s in spec.split(",") if s.strip()] if spec else []
+def _split_list(flag: str, spec: str | None) -> list[str]:
+    """The comma-separated file names of `--flag` (none when not given). PrepError for an empty name
+    (`,`, `a,,b`, a trailing comma): the original would try to write a file named ''."""
+    if not spec:
+        return []
+    names = [s.strip() for s in spec.split(",")]
+    if not any(names):
+        raise PrepError(f"--{flag}={spec}: names no file")
+    if not all(names):
+        raise PrepError(f"--{flag}={spec}: an empty file name in the list")
+    return names
 
 
 def _create(args: argparse.Namespace) -> None:
     for flag in ("input_file", "output_file", "vocab_file"):
         if not getattr(args, flag):
             raise PrepError(f"--{flag} is required")
+    options = GenerationOptions.from_object(args)
+    options.check()  # flags first: before the inputs are globbed and read
     inputs = expand_input_patterns(args.input_file)
-    outputs = _split_list(args.output_file)
-    index_files = _split_list(args.index_file)
+    outputs = _split_list("output_file", args.output_file)
+    index_files = _split_list("index_file", args.index_file)
     if index_files and len(index_files) != len(outputs):
         raise PrepError(f"--index_file lists {len(index_files)} files for {len(outputs)} --output_file files")
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
-    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None,
-                                                GenerationOptions.from_object(args))
+    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options)
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)

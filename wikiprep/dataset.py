@@ -54,9 +54,11 @@ def describe(options: GenerationOptions, vocab_path: str | Path | None, *, wiki:
 
     The nine generation options, `random_seed` named `seed` (the global seed every shard's seed
     derives from), the dump and sentence-split parameters, and `vocab_sha256`. PrepError when
-    `vocab_path` is not a usable BERT vocabulary. `vocab_path` None (a vocabulary not trained yet)
-    leaves `vocab_sha256` out: enough to compare with a folder before any work starts.
+    `options` fail `GenerationOptions.check` or `vocab_path` is not a usable BERT vocabulary.
+    `vocab_path` None (a vocabulary not trained yet) leaves `vocab_sha256` out: enough to compare
+    with a folder before any work starts.
     """
+    options.check()  # before a description of values that make no dataset is compared or written
     description = options.as_dict()
     description["seed"] = description.pop("random_seed")
     description.update(wiki=wiki, dump_date=dump_date, multistream=multistream, extract_slice_mb=extract_slice_mb,
@@ -114,6 +116,7 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
     a killed run's temporaries of this shard are removed first, nothing is left half-written.
     """
     out_path = Path(out_path)
+    options.check()  # before claim_folder writes dataset.json
     claim_folder(out_path.parent, description)
     remove_stale_temps(out_path)
     return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path),

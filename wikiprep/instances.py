@@ -38,7 +38,7 @@ from typing import Callable, Iterator, Sequence
 
 from shardkit.errors import PrepError
 from shardkit.example import encode_example, varint
-from shardkit.records import RecordWriter
+from shardkit.records import record_writers
 
 from .options import GenerationOptions
 from .schema import BERT_INSTANCE
@@ -177,22 +177,45 @@ def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = 
 # `masked_positions` (ints); tokens and labels are varint-encoded ids (see Corpus).
 Emit = Callable[[list, int, int, list, list, bool], None]
 
-# Per candidate-list length n: the (x, bits of x + 1) pairs random.Random.shuffle draws with.
-_SHUFFLE_STEPS: dict[int, list[tuple[int, int]]] = {}
+# Tables indexed by a length (the encoder's padding runs, positions and masked_lm_weights entries;
+# the generator's shuffle-step splits) are full lists or caches up to this length: the fastest
+# lookup, a few MB at most. Beyond it values are made on demand and only short ones kept, so
+# memory stays linear in max_seq_length: full tables of runs are quadratic (seq 20000 took 422 MB).
+_FULL_TABLE = 1024
+_KEEP_BYTES = 1024  # an `_OnDemand` table keeps values up to this size (at most ~0.5 MB of runs)
+
+
+class _OnDemand(dict):
+    """`table[k]` = `make(k)`, made on first use and kept only when short: values are remade per use above."""
+
+    def __init__(self, make: Callable[[int], bytes]):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, k: int) -> bytes:
+        value = self.make(k)
+        if len(value) <= _KEEP_BYTES:
+            self[k] = value
+        return value
+
+
+def _table(make: Callable[[int], bytes], size: int) -> list[bytes] | _OnDemand:
+    """`make(k)` for k in range(size): a list while size is small, else an `_OnDemand` table."""
+    return [make(k) for k in range(size)] if size <= _FULL_TABLE + 1 else _OnDemand(make)
 
 
 def _shuffle_steps(n: int) -> list[tuple[int, int]]:
-    steps = _SHUFFLE_STEPS.get(n)
-    if steps is None:
-        steps = _SHUFFLE_STEPS[n] = [(x, (x + 1).bit_length()) for x in range(n - 1, 0, -1)]
-    return steps
+    """`steps[x]` = (x, bits of x + 1): the draw random.Random.shuffle makes at place x, for x < n."""
+    return [(x, (x + 1).bit_length()) for x in range(n)]
 
 
-def _split_shuffle_steps(n: int, keep: int) -> tuple[list, list]:
-    """The shuffle steps of an n-list split at the first step whose place is below `keep`."""
-    steps = _shuffle_steps(n)
-    cut = max(0, n - max(keep, 1))
-    return steps[:cut], steps[cut:]
+def _split_shuffle_steps(steps: list[tuple[int, int]], n: int, keep: int) -> tuple[list, list]:
+    """The shuffle steps of an n-list (x from n - 1 down to 1), split at the first step whose place is below `keep`.
+
+    Slices of the one `steps` list, so the steps of every length share its tuples (n >= 1).
+    """
+    k = max(keep, 1)
+    return steps[n - 1:k - 1:-1], steps[min(n, k) - 1:0:-1]
 
 
 def _shuffled_documents(corpus: Corpus, rng: random.Random) -> tuple[list[int], list[int]]:
@@ -231,7 +254,14 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
     rnd = rng.random
     grb = rng.getrandbits
     positions_base = list(range(seq_len))
-    split_steps: dict[tuple[int, int], tuple[list, list]] = {}
+    all_steps = _shuffle_steps(seq_len)  # no candidate list is longer than max_seq_length - 3
+    split_steps: dict[tuple[int, int], tuple[list, list]] = {}  # (n, keep) -> split, for n <= _FULL_TABLE
+
+    def shuffle_split(n: int, keep: int) -> tuple[list, list]:
+        split = _split_shuffle_steps(all_steps, n, keep)
+        if n <= _FULL_TABLE:  # at most _FULL_TABLE**2 / 2 list slots per keep; longer splits are sliced per use
+            split_steps[(n, keep)] = split
+        return split
 
     def randbelow(n: int) -> int:
         k = n.bit_length()
@@ -252,7 +282,7 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
             # so above them the element that moves up is not stored (the draws are the same).
             split = split_steps.get((n_tok - 3, num_to_predict))
             if split is None:
-                split = split_steps[(n_tok - 3, num_to_predict)] = _split_shuffle_steps(n_tok - 3, num_to_predict)
+                split = shuffle_split(n_tok - 3, num_to_predict)
             upper, lower = split
             for x, k in upper:
                 y = grb(k)
@@ -271,7 +301,9 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
             starts = [i for i, p in enumerate(cand) if not i or tokens[p] not in continuation]
             words = positions_base[:len(starts)]
             starts.append(len(cand))
-            for x, k in _shuffle_steps(len(words)):  # draws: shuffle(cand_indexes)
+            n_words = len(words)
+            word_steps = split_steps.get((n_words, n_words)) or shuffle_split(n_words, n_words)
+            for x, k in word_steps[1]:  # draws: shuffle(cand_indexes)
                 y = grb(k)
                 while y > x:
                     y = grb(k)
@@ -374,23 +406,27 @@ class InstanceEncoder:
     entry a head (key, lengths) and the packed values. input_mask and segment_ids hold one-byte
     varints (0 or 1), so their packed values are runs of b"\\x00"/b"\\x01" and their heads are
     fixed; the masked_lm_weights and next_sentence_labels entries take few values and are made
-    once from the schema. input_ids and masked_lm_ids join the varint-encoded tokens; their
-    heads depend only on the packed length and are cached.
+    from the schema. input_ids and masked_lm_ids join the varint-encoded tokens; their heads
+    depend only on the packed length and are cached. The tables of runs, positions and weights
+    entries are `_table`s: full lists for the usual lengths, built on demand for long ones.
     """
 
     def __init__(self, max_seq_length: int, max_predictions_per_seq: int):
         self.seq = max_seq_length
         self.max_pred = max_predictions_per_seq
-        self._positions = varint_table(max_seq_length + 1)
-        self._zeros = [b"\x00" * k for k in range(max_seq_length + 1)]
-        self._ones = [b"\x01" * k for k in range(max_seq_length + 1)]
+        self._positions = _table(varint, max_seq_length)
+        # zeros pad masked_lm_* too: max_predictions_per_seq may exceed max_seq_length (the original pads to it)
+        self._zeros = _table(b"\x00".__mul__, max(max_seq_length, max_predictions_per_seq) + 1)
+        self._ones = _table(b"\x01".__mul__, max_seq_length + 1)
         self._heads: dict[tuple[bytes, int], bytes] = {}
         self._mask_head = self._head(_KEY_INPUT_MASK, max_seq_length)
         self._segment_head = self._head(_KEY_SEGMENT_IDS, max_seq_length)
-        self._weight_entries = [
-            self._entry("masked_lm_weights", [1.0] * m + [0.0] * (max_predictions_per_seq - m))
-            for m in range(max_predictions_per_seq + 1)]
+        self._weight_entries = _table(self._weights_entry, max_predictions_per_seq + 1)
         self._label_entries = [self._entry("next_sentence_labels", [v]) for v in (0, 1)]
+
+    def _weights_entry(self, m: int) -> bytes:
+        """The masked_lm_weights entry of an instance with m masks: m 1.0s, then 0.0s."""
+        return self._entry("masked_lm_weights", [1.0] * m + [0.0] * (self.max_pred - m))
 
     @staticmethod
     def _entry(name: str, values: list) -> bytes:
@@ -503,12 +539,48 @@ class _Stats:
         }
 
 
+def _file_identity(path: str | os.PathLike) -> tuple:
+    """What every name of one file shares: (device, inode) when it exists, whatever symlinks or hard
+    links lead to it; else its real path (symlinked folders and `..` resolved)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", os.path.realpath(path))
+    return ("inode", st.st_dev, st.st_ino)
+
+
+def check_output_paths(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str | os.PathLike],
+                       index_files: Sequence[str | os.PathLike | None]) -> None:
+    """Refuse, before anything is written, an output or index file that is (under any name) an input,
+    the vocab or another output or index, and one that cannot be created: a folder, below a file, or
+    in a folder without write permission. One PrepError line naming both files, or the folder."""
+    seen: dict[tuple, str] = {}
+    for role, path in [("input file", p) for p in input_files] + [("vocab file", vocab_file)]:
+        seen.setdefault(_file_identity(path), f"{role} {path}")
+    for role, path in ([("output file", p) for p in output_files]
+                       + [("index file", p) for p in index_files if p is not None]):
+        if os.path.isdir(path):
+            raise PrepError(f"{role} {path}: is a folder")
+        folder = Path(os.path.abspath(path)).parent
+        while not folder.exists():  # the folders atomic_write would create
+            folder = folder.parent
+        if not folder.is_dir():
+            raise PrepError(f"{role} {path}: {folder} is not a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PrepError(f"{role} {path}: folder {folder} is not writable")
+        identity = _file_identity(path)
+        if identity in seen:
+            raise PrepError(f"{role} {path} is the same file as the {seen[identity]}: refusing to overwrite it")
+        seen[identity] = f"{role} {path}"
+
+
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
                             index_files: Sequence[str | None] | None, opts: GenerationOptions) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
-    `index_files[i]` (or None) is the index of `output_files[i]`. Every output and index is
-    committed atomically: on any error none of them appears.
+    `index_files[i]` (or None) is the index of `output_files[i]`. The options and paths are checked
+    (`GenerationOptions.check`, `check_output_paths`) before anything is written, and every output
+    and index is committed together (`record_writers`): on any error none of them appears.
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -516,19 +588,21 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     indexes = list(index_files) if index_files is not None else [None] * len(outputs)
     if len(indexes) != len(outputs):
         raise PrepError(f"{len(indexes)} index files given for {len(outputs)} output files")
-    named = [p.resolve() for p in outputs] + [Path(i).resolve() for i in indexes if i is not None]
-    if len(set(named)) != len(named):
-        raise PrepError(f"output files {', '.join(map(str, outputs))}: a file is named twice")
+    opts.check()
+    if isinstance(input_files, (str, os.PathLike)):
+        input_files = [input_files]
+    check_output_paths(input_files, vocab_file, outputs, indexes)
     vocab, corpus = prepare(input_files, vocab_file, opts)
     rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
     encoder = InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq)
-    outputs[0].parent.mkdir(parents=True, exist_ok=True)
     # ".tmp-" in the name: atomic.remove_stale_temps deletes it if this process is killed.
     spill_path = outputs[0].with_name(f"{outputs[0].name}.tmp-instances-{os.getpid()}")
     offsets = array("q", [0])
     try:
-        with open(spill_path, "w+b", buffering=1 << 20) as spill:
+        # Every output's and index's temporary is opened first: one that cannot be written fails
+        # before the work, and none is committed unless all are complete.
+        with record_writers(outputs, indexes) as writers, open(spill_path, "w+b", buffering=1 << 20) as spill:
             write, encode, offset = spill.write, encoder.encode, offsets.append
             lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next
 
@@ -544,13 +618,12 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
             spill.flush()
             order = array("q", range(len(offsets) - 1))
             rng.shuffle(order)  # draw: shuffle(instances)
-            with contextlib.ExitStack() as stack:
-                writes = [stack.enter_context(RecordWriter(p, i)).write for p, i in zip(outputs, indexes)]
-                # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
-                fd, pread, n_out = spill.fileno(), os.pread, len(writes)
-                for k, inst in enumerate(order):
-                    start = offsets[inst]
-                    writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
+            writes = [w.write for w in writers]
+            # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
+            fd, pread, n_out = spill.fileno(), os.pread, len(writes)
+            for k, inst in enumerate(order):
+                start = offsets[inst]
+                writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
     finally:
         with contextlib.suppress(FileNotFoundError):
             spill_path.unlink()

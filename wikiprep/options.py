@@ -9,6 +9,14 @@ from dataclasses import asdict, dataclass, field, fields
 
 from shardkit.errors import PrepError
 
+# The bounds `GenerationOptions.check` holds the sizes to.
+# [CLS] A [SEP] B [SEP] with A and B one token each; shorter, the original fails an assertion.
+MIN_SEQ_LENGTH = 5
+# A record holds at least 3 bytes per position and 9 per prediction, and the generator's tables
+# grow linearly with both (about 200 MB at a million positions): beyond this, a typo, not a dataset.
+MAX_SEQ_LENGTH = 1_000_000
+MAX_PREDICTIONS_PER_SEQ = 1_000_000
+
 
 def _flag(default, help_text: str):
     return field(default=default, metadata={"help": help_text})
@@ -48,12 +56,23 @@ class GenerationOptions:
         return asdict(self)
 
     def check(self) -> None:
-        if self.max_seq_length < 5:
-            raise PrepError(f"max_seq_length={self.max_seq_length}: must be at least 5 ([CLS] A [SEP] B [SEP])")
-        if self.max_predictions_per_seq < 0:
-            raise PrepError(f"max_predictions_per_seq={self.max_predictions_per_seq}: must be >= 0")
+        """Refuse, with one PrepError line, values that make no dataset. Every program calls this before it
+        writes anything: the command line, `instances.prepare` and `dataset.describe`/`write_shard`.
+
+        Every value the original accepts within these bounds gives the original's instances, including
+        max_predictions_per_seq above max_seq_length (masked_lm_* are padded to it) or 0 (no masks).
+        """
+        if self.max_seq_length < MIN_SEQ_LENGTH:
+            raise PrepError(f"max_seq_length={self.max_seq_length}: must be at least {MIN_SEQ_LENGTH}, room for "
+                            f"[CLS] A [SEP] B [SEP] with a token in A and in B (the original fails an assertion)")
+        if self.max_seq_length > MAX_SEQ_LENGTH:
+            raise PrepError(f"max_seq_length={self.max_seq_length}: must be at most {MAX_SEQ_LENGTH} (every "
+                            f"record is at least 3 bytes per position; BERT models use 128 to 512)")
+        if not 0 <= self.max_predictions_per_seq <= MAX_PREDICTIONS_PER_SEQ:
+            raise PrepError(f"max_predictions_per_seq={self.max_predictions_per_seq}: must be within "
+                            f"[0, {MAX_PREDICTIONS_PER_SEQ}]")
         if self.dupe_factor < 1:
-            raise PrepError(f"dupe_factor={self.dupe_factor}: must be >= 1")
+            raise PrepError(f"dupe_factor={self.dupe_factor}: must be at least 1 (0 gives no instances)")
         if not 0.0 <= self.masked_lm_prob <= 1.0:
             raise PrepError(f"masked_lm_prob={self.masked_lm_prob}: must be within [0, 1]")
         if not 0.0 <= self.short_seq_prob <= 1.0:
