@@ -440,7 +440,7 @@ def test_outputs_and_indexes_are_committed_together_or_not_at_all(fixtures, tmp_
     (tmp_path / "plain_file").write_text("")
     before = sorted(os.listdir(tmp_path))
     monkeypatch.setattr(instances, "check_output_paths", lambda *args: None)  # what its checks cannot foresee:
-    with pytest.raises(OSError):  # the last index's folder cannot be made
+    with pytest.raises(PrepError, match="not a folder"):  # the last index's folder cannot be made
         write_pretraining_files(good, _vocab(), outs, [str(tmp_path / "o0.index"), None,
                                                        str(tmp_path / "plain_file" / "o2.index")], Opts(dupe_factor=1))
     frame, calls = records.frame_record, []
@@ -452,7 +452,7 @@ def test_outputs_and_indexes_are_committed_together_or_not_at_all(fixtures, tmp_
         return frame(data)
 
     monkeypatch.setattr(records, "frame_record", failing_frame)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(PrepError, match="o0.index: cannot write: no space left"):
         write_pretraining_files(good, _vocab(), outs, [str(tmp_path / f"o{i}.index") for i in range(3)],
                                 Opts(dupe_factor=1))
     assert sorted(os.listdir(tmp_path)) == before and (tmp_path / "o1.tfrecord").read_bytes() == b"an older good output"

@@ -99,7 +99,7 @@ def test_failed_write_leaves_nothing_behind(tmp_path):
 def test_a_record_file_is_never_committed_without_its_index(tmp_path):
     path = tmp_path / "x.tfrecord"
     (tmp_path / "plain_file").write_text("")
-    with pytest.raises(OSError):  # the index's folder cannot be made: fails on entry, before any record
+    with pytest.raises(PrepError, match="not a folder"):  # the index's folder cannot be made: fails on entry, before any record
         with records.RecordWriter(path, tmp_path / "plain_file" / "x.index") as w:
             w.write(b"abc")
     assert sorted(os.listdir(tmp_path)) == ["plain_file"]
@@ -109,7 +109,7 @@ def test_record_writers_commit_every_file_or_none(tmp_path):
     paths = [tmp_path / f"x{i}.tfrecord" for i in range(3)]
     paths[1].write_bytes(b"an older good file")
     (tmp_path / "plain_file").write_text("")
-    with pytest.raises(OSError):  # the last index cannot be written: not even x0 and its index appear
+    with pytest.raises(PrepError, match="not a folder"):  # the last index cannot be written: not even x0 and its index appear
         with records.record_writers(paths, [tmp_path / "x0.index", None, tmp_path / "plain_file" / "x2.index"]):
             pass
     with pytest.raises(RuntimeError):
