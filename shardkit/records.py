@@ -72,7 +72,8 @@ class RecordWriter:
 
 
 @contextlib.contextmanager
-def record_writers(paths: Sequence[str | Path], index_paths: Sequence[str | Path | None]) -> Iterator[list[RecordWriter]]:
+def record_writers(paths: Sequence[str | Path],
+                   index_paths: Sequence[str | Path | None]) -> Iterator[list[RecordWriter]]:
     """A RecordWriter per path (`index_paths[i]` its index, or None), all committed together.
 
     No record or index file appears unless the block finishes without error; every temporary is

@@ -186,7 +186,7 @@ _KEEP_BYTES = 1024  # an `_OnDemand` table keeps values up to this size (at most
 
 
 class _OnDemand(dict):
-    """`table[k]` = `make(k)`, made on first use and kept only when short: values are remade per use above."""
+    """`table[k]` = `make(k)`, made on first use; kept when at most _KEEP_BYTES long, else made again per use."""
 
     def __init__(self, make: Callable[[int], bytes]):
         super().__init__()
@@ -562,7 +562,7 @@ def check_output_paths(input_files: Sequence[str], vocab_file: str, output_files
         if os.path.isdir(path):
             raise PrepError(f"{role} {path}: is a folder")
         folder = Path(os.path.abspath(path)).parent
-        while not folder.exists():  # the folders atomic_write would create
+        while not folder.exists():  # folders the writers will create
             folder = folder.parent
         if not folder.is_dir():
             raise PrepError(f"{role} {path}: {folder} is not a folder")
