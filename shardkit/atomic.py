@@ -20,6 +20,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -31,8 +32,14 @@ RECEIPTS_DIR = ".receipts"  # receipts live apart, so globs such as `train*` or 
 TMP_MARK = _TMP_MARK = ".tmp-"  # in every temporary's name, and in no committed file's
 
 
-def _tmp_path(path: Path) -> Path:
-    return path.with_name(f"{path.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}")
+def temp_path(path: Path, purpose: str = "") -> Path:
+    """`NAME.tmp-HOST-PID` (`NAME.tmp-HOST-PID.PURPOSE` for a scratch file beside an output, such as a
+    spill): this process's temporary of `path`, which the next write of `path` removes if we die."""
+    return path.with_name(f"{path.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}"
+                          + (f".{purpose}" if purpose else ""))
+
+
+_WRITER = re.compile(r"(?P<host>.+)-(?P<pid>\d+)(?:\.[\w-]+)?")
 
 
 def _writer_is_dead(tmp: Path) -> bool:
@@ -40,11 +47,11 @@ def _writer_is_dead(tmp: Path) -> bool:
 
     A temporary of another host, or of a live process (maybe a racing worker), is not ours to remove.
     """
-    host, _, pid = tmp.name.rpartition(_TMP_MARK)[2].rpartition("-")
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+    writer = _WRITER.fullmatch(tmp.name.rpartition(_TMP_MARK)[2])
+    if writer is None or writer["host"] != socket.gethostname() or int(writer["pid"]) == os.getpid():
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(int(writer["pid"]), 0)
     except ProcessLookupError:
         return True
     except PermissionError:  # alive, another user's
@@ -118,7 +125,7 @@ def _open_temp(path: Path, mode: str = "wb", encoding: str | None = None) -> tup
         raise PrepError(f"{path}: is a folder; cannot write a file there")
     make_parent_folder(path)
     remove_dead_temps(path)
-    tmp = _tmp_path(path)
+    tmp = temp_path(path)
     if "b" not in mode and encoding is None:
         encoding = "utf-8"
     try:
@@ -252,7 +259,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise PrepError(f"{path}: is a file; a folder is written there")
     make_parent_folder(path)
     remove_dead_temps(path)
-    tmp = _tmp_path(path)
+    tmp = temp_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()

@@ -75,13 +75,14 @@ def test_a_dead_writers_temporary_is_removed_a_live_ones_is_not(tmp_path):
     host = socket.gethostname()
     path = tmp_path / "shard.tfrecord"
     dead_tmp = tmp_path / f"shard.tfrecord.tmp-{host}-{dead_pid}"
+    dead_spill = tmp_path / f"shard.tfrecord.tmp-{host}-{dead_pid}.spill"  # instances' scratch file
     live_tmp = tmp_path / f"shard.tfrecord.tmp-{host}-1"  # pid 1 runs: maybe a racing writer
     other_host = tmp_path / "shard.tfrecord.tmp-elsewhere-12"  # another node's: not ours to judge
-    for p in (dead_tmp, live_tmp, other_host):
+    for p in (dead_tmp, dead_spill, live_tmp, other_host):
         p.write_bytes(b"half")
     atomic.write_bytes(path, b"whole")
     assert path.read_bytes() == b"whole"
-    assert not dead_tmp.exists() and live_tmp.exists() and other_host.exists()
+    assert not dead_tmp.exists() and not dead_spill.exists() and live_tmp.exists() and other_host.exists()
 
 
 def test_a_full_disk_removes_the_temporary_and_names_the_file(tmp_path):

@@ -36,6 +36,7 @@ from array import array
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from shardkit.atomic import temp_path
 from shardkit.errors import PrepError
 from shardkit.example import encode_example, varint
 from shardkit.records import record_writers
@@ -596,8 +597,8 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
     encoder = InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq)
-    # ".tmp-" in the name: atomic.remove_stale_temps deletes it if this process is killed.
-    spill_path = outputs[0].with_name(f"{outputs[0].name}.tmp-instances-{os.getpid()}")
+    # A temporary of the first output: if this process is killed, the next write of that output removes it.
+    spill_path = temp_path(outputs[0], "spill")
     offsets = array("q", [0])
     try:
         # Every output's and index's temporary is opened first: one that cannot be written fails
