@@ -50,23 +50,20 @@ def verify(folder: str | Path, synsets_file=None, decode_all: bool = False) -> d
     return totals
 
 
-def _manifest_records(folder: Path, manifest) -> tuple[dict[str, int | None], dict[str, int]]:
-    """({file: records}, {split: records}) of MANIFEST.json; PrepError naming the field that has the wrong type."""
+def _manifest_records(folder: Path, manifest: dict) -> tuple[dict[str, int | None], dict[str, int]]:
+    """({file: records}, {split: records}) of a MANIFEST.json that `check_manifest` has checked (its "files"
+    entries have their types); PrepError naming a "splits" field of the wrong type."""
     where = folder / MANIFEST
-    if not isinstance(manifest, dict):
-        raise PrepError(f"{where}: not a JSON object; is this a dataset folder?")
+    splits = manifest.get("splits", {})
+    if not isinstance(splits, dict) or not all(isinstance(v, dict) for v in splits.values()):
+        raise PrepError(f"{where}: splits is not an object of {{split: {{records, ...}}}}")
 
     def count(value, field: str):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
             raise PrepError(f"{where}: {field} is {value!r}, not a record count")
         return value
 
-    files, splits = manifest.get("files", []), manifest.get("splits", {})
-    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in files):
-        raise PrepError(f"{where}: files is not a list of {{path, sha256, size}} entries")
-    if not isinstance(splits, dict) or not all(isinstance(v, dict) for v in splits.values()):
-        raise PrepError(f"{where}: splits is not an object of {{split: {{records, ...}}}}")
-    counts = {f["path"]: count(f.get("records"), f"the records of {f['path']}") for f in files}
+    counts = {f["path"]: f.get("records") for f in manifest["files"]}
     return counts, {split: count(v.get("records"), f"splits.{split}.records") for split, v in splits.items()}
 
 

@@ -31,6 +31,7 @@ from typing import Callable
 
 import pytest
 
+from testkit.archives import tar_bytes
 from workflows import DEMO_DATE, DEMO_WIKI
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,16 +150,6 @@ def _write(rel: str, data: str | bytes) -> Callable[[Path], None]:
     return setup
 
 
-def _manifest_edit(folder: str, edit: Callable[[dict], None]) -> Callable[[Path], None]:
-    """Rewrite folder/MANIFEST.json after `edit` changed it in place ({root} in strings is expanded)."""
-    def setup(root: Path) -> None:
-        path = root / folder / "MANIFEST.json"
-        manifest = json.loads(path.read_text())
-        edit(manifest)
-        path.write_text(_expand(json.dumps(manifest), root))
-    return setup
-
-
 def _short_instance() -> bytes:
     """A BERT instance of 4 tokens in a dataset of 32: parses as an Example, breaks the schema."""
     from shardkit.example import encode_example
@@ -200,27 +191,14 @@ def _replace_with_dev_zero(rel: str) -> Callable[[Path], None]:
     return setup
 
 
-def _tar_bytes(members: dict[str, bytes]) -> bytes:
-    import io
-    import tarfile
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def _train_tar_with_a_corrupt_class(root: Path) -> None:
     """ILSVRC2012_img_train.tar's layout (one tar per class inside) from imagenet/train, the first class's
     tar with a corrupt header."""
-    inner = {f"{cls.name}.tar": _tar_bytes({f.name: f.read_bytes() for f in sorted(cls.iterdir())})
+    inner = {f"{cls.name}.tar": tar_bytes({f.name: f.read_bytes() for f in sorted(cls.iterdir())})
              for cls in sorted((root / "imagenet" / "train").iterdir())}
     first = next(iter(inner))
     inner[first] = b"x" * 100 + inner[first][100:]
-    (root / "ILSVRC2012_img_train.tar").write_bytes(_tar_bytes(inner))
+    (root / "ILSVRC2012_img_train.tar").write_bytes(tar_bytes(inner))
 
 
 def _rewrite_first_record(shard: str, change: Callable[[bytes], bytes]) -> Callable[[Path], None]:
@@ -252,10 +230,16 @@ def _without_feature(name: str) -> Callable[[bytes], bytes]:
 
 
 def _edit_manifest(folder: str, change: Callable[[dict], object]) -> Callable[[Path], None]:
+    """folder/MANIFEST.json replaced by change(manifest) ({root} in its strings expanded)."""
     def setup(root: Path) -> None:
         path = root / folder / "MANIFEST.json"
-        path.write_text(json.dumps(change(json.loads(path.read_text()))))
+        path.write_text(_expand(json.dumps(change(json.loads(path.read_text()))), root))
     return setup
+
+
+def _first_entry(**fields) -> Callable[[dict], dict]:
+    """The manifest with `fields` set on its first "files" entry."""
+    return lambda d: {**d, "files": [{**d["files"][0], **fields}, *d["files"][1:]]}
 
 
 def _set(key: str, value) -> Callable[[dict], dict]:
@@ -440,11 +424,11 @@ CASES: list[Bad] = [
     Bad("verify-manifest-entry-wrong-type", ("wikiprep", "verify", "{root}/wiki_ds"), "an entry is str",
         setup=_write("wiki_ds/MANIFEST.json", '{"files": ["vocab.txt"]}')),
     Bad("verify-manifest-size-wrong-type", ("wikiprep", "verify", "{root}/wiki_ds"), '"size" is not',
-        setup=_manifest_edit("wiki_ds", lambda m: m["files"][0].update(size="12"))),
+        setup=_edit_manifest("wiki_ds", _first_entry(size="12"))),
     Bad("verify-manifest-path-escapes", ("wikiprep", "verify", "{root}/wiki_ds"), "leaves the folder",
-        setup=_manifest_edit("wiki_ds", lambda m: m["files"][0].update(path="../corpus.txt"))),
+        setup=_edit_manifest("wiki_ds", _first_entry(path="../corpus.txt"))),
     Bad("verify-manifest-absolute-path", ("wikiprep", "verify", "{root}/wiki_ds"), "leaves the folder",
-        setup=_manifest_edit("wiki_ds", lambda m: m["files"][0].update(path="{root}/corpus.txt"))),
+        setup=_edit_manifest("wiki_ds", _first_entry(path="{root}/corpus.txt"))),
     Bad("verify-stray-temporary", ("wikiprep", "verify", "{root}/wiki_ds"), "a temporary left by an interrupted run",
         setup=_write("wiki_ds/wiki_00000.tfrecord.tmp-host-1", b"junk")),
     Bad("verify-stray-file", ("wikiprep", "verify", "{root}/wiki_ds"), "not listed in MANIFEST.json",
@@ -508,7 +492,7 @@ CASES: list[Bad] = [
     Bad("imagenet-verify-manifest-is-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "not a manifest",
         setup=_write("imagenet_ds/MANIFEST.json", "[]")),
     Bad("imagenet-verify-manifest-path-escapes", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "leaves the folder",
-        setup=_manifest_edit("imagenet_ds", lambda m: m["files"][0].update(path="../vocab.txt"))),
+        setup=_edit_manifest("imagenet_ds", _first_entry(path="../vocab.txt"))),
     Bad("imagenet-verify-no-manifest", ("imagenet-prep", "verify", "{root}/imagenet"), "stray file"),
 
     Bad("imagenet-verify-record-without-a-feature",

@@ -22,6 +22,7 @@ import pytest
 
 from imagenet_prep import convert, images, labels, samples
 from shardkit.errors import PrepError
+from testkit.archives import tar_bytes
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -520,23 +521,11 @@ def test_unsafe_tar_members_are_refused(tmp_path, member):
     assert str(path) in str(e.value)
 
 
-def _tar_bytes(members: dict[str, bytes]) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
 def _damaged_train_tar(train_dir: Path, path: Path, damage) -> Path:
     """ILSVRC2012_img_train.tar's layout, `damage(name, inner tar bytes)` applied to each per-class tar."""
-    inner = {f"{cls.name}.tar": _tar_bytes({f.name: f.read_bytes() for f in sorted(cls.iterdir())})
+    inner = {f"{cls.name}.tar": tar_bytes({f.name: f.read_bytes() for f in sorted(cls.iterdir())})
              for cls in sorted(train_dir.iterdir())}
-    path.write_bytes(_tar_bytes({name: damage(name, data) for name, data in inner.items()}))
+    path.write_bytes(tar_bytes({name: damage(name, data) for name, data in inner.items()}))
     return path
 
 
