@@ -27,7 +27,7 @@ SCHEDULER_ARGS := --scheduler-host $(word 1,$(subst :, ,$(SCHEDULER))) --schedul
 export LUIGI_CONFIG_PATH := $(CURDIR)/cluster/luigi-cluster.cfg
 endif
 
-.PHONY: setup demo test wiki-128 wiki-384 wiki-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512
+.PHONY: setup demo test wiki-128 wiki-384 wiki-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm
 
 setup: $(STAMP)
 
@@ -62,6 +62,11 @@ slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 	  cluster/slurm/submit.sh $(subst slurm-wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream)
+
+# A real one-node Slurm here (installed with apt when missing; needs root), both Slurm modes on
+# the sample dump, the daemons stopped at the end. About 2 minutes: not part of `make test`.
+test-slurm: setup
+	cluster/slurm/test/run.sh $(abspath $(BIN))/python
 
 luigid: setup
 	$(BIN)/luigid --address 0.0.0.0 --port 8082 --state-path $(DATA_DIR)/luigid/state.pickle --logdir $(DATA_DIR)/luigid
