@@ -64,7 +64,7 @@ slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream)
 
 # A real one-node Slurm here (installed with apt when missing; needs root), both Slurm modes on
-# the sample dump, the daemons stopped at the end. About 2 minutes: not part of `make test`.
+# the sample dump, the daemons stopped at the end. 2 to 3 minutes: not part of `make test`.
 test-slurm: setup
 	cluster/slurm/test/run.sh $(abspath $(BIN))/python
 

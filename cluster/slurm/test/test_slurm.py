@@ -175,6 +175,31 @@ def test_job_array_chain_resumes_after_a_shard_element_is_cancelled(site, serial
     assert submit_chain(site, data) == {}
 
 
+def test_a_requeued_shard_element_runs_again_and_the_chain_goes_on(site, serial_manifest, tmp_path):
+    """What preemption with PreemptMode=REQUEUE and a node failure do to an element (--requeue)."""
+    data = tmp_path / "data"
+    dataset = data / DATASET
+    jobs = submit_chain(site, data)
+    ids = [job for job, _ in jobs.values()]
+    tmp = wait_for_temporary(dataset, ids)
+    element = f"{jobs['shards'][0]}_{int(tmp.name[len('wiki_'):len('wiki_00000')])}"
+    subprocess.run(["scontrol", "requeue", element], check=True)
+    # Slurm holds a requeued job back for two minutes (BeginTime); once it is pending again, let it start now.
+    deadline = time.monotonic() + 120
+    while "JobState=PENDING" not in subprocess.run(["scontrol", "-o", "show", "job", element],
+                                                   capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline, "the requeued element never became pending"
+        time.sleep(0.2)
+    subprocess.run(["scontrol", "update", f"JobId={element}", "StartTime=now"], check=True)
+    wait_gone(ids)
+
+    r = subprocess.run(["scontrol", "-o", "show", "job", element], capture_output=True, text=True, check=True)
+    assert "Restarts=1" in r.stdout and "JobState=COMPLETED" in r.stdout, r.stdout
+    assert states(jobs["finalize"][0]) == {"": "COMPLETED"}  # no resubmission needed
+    assert (dataset / "MANIFEST.json").read_bytes() == serial_manifest
+    assert not leftovers(data)
+
+
 def test_an_element_started_before_its_stage_is_refused_at_once(site, tmp_path):
     """An element submitted by hand out of order fails in one line; it never redoes earlier stages."""
     data = tmp_path / "data"
