@@ -7,12 +7,14 @@
 The files are the state: a task is complete when its receipt exists, so running the same
 command again after a kill finishes the work and gives identical bytes. All logic lives in
 `wikiprep`, `imagenet_prep` and `shardkit`; these modules only wire stages together:
-`base` (receipts, error lines), `wiki`, `imagenet`, `train` and `demo`.
+`base` (receipts, error lines), `wiki`, `imagenet`, `train`, `demo` and `slurm` (the Slurm
+job arrays' elements).
 """
 
 from .base import PrepTask, ReceiptTarget
 from .demo import DEMO_DATE, DEMO_WIKI, Demo, DemoSamples
 from .imagenet import ImageNet, ImageNetPlan, ImageNetShard
+from .slurm import SlurmStage128, SlurmStage384, SlurmStage512
 from .train import TrainBert, TrainImageNet
 from .wiki import (DownloadDump, DownloadPart, ExtractPart, Pretrain128, Pretrain384, Pretrain512, PretrainDataset,
                    PretrainShard, SentenceShards, SplitPart, TrainPunkt, TrainVocab)
@@ -20,4 +22,4 @@ from .wiki import (DownloadDump, DownloadPart, ExtractPart, Pretrain128, Pretrai
 __all__ = ["PrepTask", "ReceiptTarget", "DEMO_DATE", "DEMO_WIKI", "Demo", "DemoSamples", "ImageNet", "ImageNetPlan",
            "ImageNetShard", "TrainBert", "TrainImageNet", "DownloadDump", "DownloadPart", "ExtractPart", "Pretrain128",
            "Pretrain384", "Pretrain512", "PretrainDataset", "PretrainShard", "SentenceShards", "SplitPart",
-           "TrainPunkt", "TrainVocab"]
+           "TrainPunkt", "TrainVocab", "SlurmStage128", "SlurmStage384", "SlurmStage512"]

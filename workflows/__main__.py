@@ -1,13 +1,46 @@
-"""`python -m workflows summary DIR`: where the demo's outputs are and the trainers' first and last losses."""
+"""`python -m workflows summary DIR`: where the demo's outputs are and the trainers' first and last losses.
+
+`python -m workflows slurm-plan Pretrain128 <parameters>`: what the Slurm chain still has to run
+(workflows.slurm.plan), as shell assignments for cluster/slurm/submit.sh.
+"""
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
+USAGE = ("usage: python -m workflows summary DEMO_DIR\n"
+         "       python -m workflows slurm-plan Pretrain128|Pretrain384|Pretrain512 [LUIGI PARAMETERS]")
+
+
+def slurm_plan(argv: list[str]) -> int:
+    import luigi.cmdline_parser
+
+    from shardkit.cli import error_line
+    from shardkit.errors import PrepError
+
+    from .slurm import plan
+    from .wiki import PretrainDataset
+    try:
+        with luigi.cmdline_parser.CmdlineParser.global_instance(argv) as parser:
+            dataset = parser.get_task_obj()
+        if not isinstance(dataset, PretrainDataset):
+            raise PrepError(f"slurm-plan: {argv[0]}: give Pretrain128, Pretrain384 or Pretrain512")
+        dataset.check_before_work()
+        values = plan(dataset)
+    except (PrepError, OSError) as e:
+        print(error_line("wikiprep", e), file=sys.stderr)
+        return 1
+    for key, value in values.items():
+        print(f"{key}={shlex.quote(value)}")
+    return 0
+
 
 def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "slurm-plan":
+        return slurm_plan(argv[1:])
     if len(argv) != 2 or argv[0] != "summary":
-        print("usage: python -m workflows summary DEMO_DIR", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     path = Path(argv[1]) / "summary.json"
     try:

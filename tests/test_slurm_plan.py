@@ -1,0 +1,61 @@
+"""Which task each Slurm job runs (workflows.slurm), without Slurm: the real-Slurm tests are
+cluster/slurm/test/test_slurm.py, run by `make test-slurm`."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from wikiprep.samples import write_sample_dump
+from workflows import DEMO_DATE, DEMO_WIKI, Pretrain384
+from workflows.slurm import STAGES, SlurmStage384, array_spec, plan, stage_elements
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    write_sample_dump(tmp_path / "site", DEMO_WIKI, DEMO_DATE)
+    return Pretrain384(data_dir=str(tmp_path / "data"), dump_url=(tmp_path / "site").as_uri(), wiki=DEMO_WIKI,
+                       dump_date=DEMO_DATE, num_shards=3, vocab_size=8000)
+
+
+def test_array_spec():
+    assert array_spec([]) == ""
+    assert array_spec([4]) == "4"
+    assert array_spec([7, 0, 1, 2, 5, 8]) == "0-2,5,7-8"
+
+
+def test_each_element_is_one_task_of_its_stage(dataset):
+    elements = stage_elements(dataset)
+    assert list(elements) == list(STAGES)
+    families = {stage: [t.get_task_family() for t in tasks] for stage, tasks in elements.items()}
+    assert families == {"download": ["DownloadDump"], "punkt": ["TrainPunkt"], "pieces": ["SplitPart"] * 2,
+                        "sentences": ["TrainVocab"], "shards": ["PretrainShard"] * 3, "finalize": ["Pretrain384"]}
+    assert [t.shard for t in elements["shards"]] == [0, 1, 2]
+    # With a vocabulary given, the sentences job only merges.
+    with_vocab = dataset.clone(vocab_file=str(REPO / "README.md"))
+    assert stage_elements(with_vocab)["sentences"][0].get_task_family() == "SentenceShards"
+    # The element task sees the same graph as the dataset task.
+    element = SlurmStage384(**{**dataset.param_kwargs, "stage": "shards", "index": 2})
+    assert element.dataset() == dataset and element.requires() == elements["shards"][2]
+
+
+def test_plan_before_anything_ran(dataset):
+    todo = plan(dataset)
+    assert todo == {"DATASET_DIR": str(dataset.dataset_dir.resolve()), "TODO_download": "0", "TODO_punkt": "0",
+                    "TODO_pieces": "0-1", "TODO_sentences": "0", "TODO_shards": "0-2", "TODO_finalize": "0"}
+
+
+def test_slurm_plan_command_and_its_errors(dataset):
+    args = [sys.executable, "-m", "workflows", "slurm-plan", "Pretrain384", "--data-dir", dataset.data_dir,
+            "--dump-url", dataset.dump_url, "--dump-date", DEMO_DATE, "--num-shards", "3"]
+    r = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "TODO_shards=0-2\n" in r.stdout and "TODO_pieces=0-1\n" in r.stdout
+    r = subprocess.run(args[:-1] + ["three"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == \
+        "wikiprep: error: --num-shards 'three': expected a whole number", r.stderr
+    r = subprocess.run(args[:4] + ["DownloadDump"] + args[5:-2], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 1 and "give Pretrain128, Pretrain384 or Pretrain512" in r.stderr, r.stderr

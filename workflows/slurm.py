@@ -1,0 +1,120 @@
+"""Slurm job arrays: which task each job of the chain runs (README, "Slurm").
+
+`cluster/slurm/submit.sh` submits one job per stage, each waiting for the one before
+(`--dependency=afterok`); the stages that fan out are job arrays with one element per dump piece
+or per shard. Every job, and every element of an array, runs
+
+    luigi --module workflows SlurmStage128 --stage STAGE --index $SLURM_ARRAY_TASK_ID \\
+          <the parameters of Pretrain128> --local-scheduler --no-lock
+
+which runs exactly that element's task: the stages before it must be complete already. An
+element started out of order fails at once with one line naming what is missing, rather than
+redoing work that other elements are redoing at the same time.
+
+`python -m workflows slurm-plan Pretrain128 <parameters>` prints, per stage, the elements
+still to run (what the submit script puts in `--array=`), and where the dataset goes.
+"""
+
+from __future__ import annotations
+
+import luigi
+
+from shardkit.errors import PrepError
+
+from .base import IntParameter
+from .wiki import (DownloadDump, Pretrain128, Pretrain384, Pretrain512, PretrainDataset, PretrainShard,
+                   SentenceShards, SplitPart, TrainPunkt)
+
+# In chain order. `pieces` and `shards` are job arrays; the others are single jobs (index 0).
+STAGES = ("download", "punkt", "pieces", "sentences", "shards", "finalize")
+
+
+def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
+    """The task of each element of each stage: element i of a stage is what array index i runs.
+
+    - download: every part file (at most 2 at once: the `wikimedia_http` resource);
+    - punkt: the sentence model, with the extraction of the first piece(s) it reads; every
+      piece needs it, so it runs once, before them;
+    - pieces: one dump part (or multistream slice) extracted, cleaned and split;
+    - sentences: the merge of the splits into sentence shards, and the vocabulary when one is
+      trained: one task over all pieces that every shard needs;
+    - shards: one shard's instances;
+    - finalize: vocab.txt, stats.json and MANIFEST.json.
+    """
+    return {
+        "download": [dataset.clone(DownloadDump)],
+        "punkt": [dataset.clone(TrainPunkt)],
+        "pieces": [dataset.piece_task(SplitPart, piece) for piece in dataset.pieces()],
+        "sentences": [dataset.vocab_task() or dataset.clone(SentenceShards)],
+        "shards": [dataset.clone(PretrainShard, shard=i) for i in range(dataset.num_shards)],
+        "finalize": [dataset],
+    }
+
+
+def array_spec(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8': the form of sbatch's --array."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def plan(dataset: PretrainDataset) -> dict[str, str]:
+    """Per stage, the elements not complete yet as an --array spec ('' when the stage is done),
+    and the dataset folder. Reads the dump's status (fetched once) and the receipts, nothing else."""
+    todo = {stage: array_spec([i for i, task in enumerate(tasks) if not task.complete()])
+            for stage, tasks in stage_elements(dataset).items()}
+    return {"DATASET_DIR": str(dataset.dataset_dir.resolve()), **{f"TODO_{s}": todo[s] for s in STAGES}}
+
+
+class SlurmStage(PretrainDataset):
+    """One element of one stage of the Slurm chain: exactly the task `stage_elements` gives it.
+
+    Complete when that task is. Before anything runs, every task of the earlier stages must be
+    complete: the element never redoes another stage's work.
+    """
+
+    dataset_class: type[PretrainDataset] = PretrainDataset
+
+    stage = luigi.ChoiceParameter(choices=STAGES, description="the stage of the chain this job runs")
+    index = IntParameter(default=0, description="the element of an array stage: $SLURM_ARRAY_TASK_ID")
+
+    def dataset(self) -> PretrainDataset:
+        return self.clone(self.dataset_class)
+
+    def check_before_work(self) -> None:
+        super().check_before_work()
+        elements = stage_elements(self.dataset())
+        if not 0 <= self.index < len(elements[self.stage]):
+            raise PrepError(f"--index {self.index}: stage {self.stage} has elements 0 to "
+                            f"{len(elements[self.stage]) - 1}")
+        for stage in STAGES[:STAGES.index(self.stage)]:
+            missing = [i for i, task in enumerate(elements[stage]) if not task.complete()]
+            if missing:
+                raise PrepError(f"stage {self.stage} needs stage {stage} complete first (incomplete: "
+                                f"--array={array_spec(missing)}); submit the chain again "
+                                f"(make slurm-wiki-{self.max_seq_length} ...), it runs only what is missing")
+
+    def requires(self):
+        return stage_elements(self.dataset())[self.stage][self.index]
+
+    def output(self):
+        return self.requires().output()
+
+    def run(self):
+        pass
+
+
+class SlurmStage128(SlurmStage, Pretrain128):
+    dataset_class = Pretrain128
+
+
+class SlurmStage384(SlurmStage, Pretrain384):
+    dataset_class = Pretrain384
+
+
+class SlurmStage512(SlurmStage, Pretrain512):
+    dataset_class = Pretrain512
