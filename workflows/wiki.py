@@ -218,10 +218,11 @@ class SplitDump(DumpTask):
     line, before any sentence shard is written. No corpus text is read."""
 
     def check_before_work(self) -> None:
-        """Once every piece is split, complete() judges them too: a rerun is refused before any work."""
+        """Once every piece has its split receipt, complete() judges them too: a rerun is refused before
+        any work. (Whether each split still matches its receipt, complete() asks next.)"""
         super().check_before_work()
         sentences.check_num_shards(self.num_shards)
-        if all(t.exists() for t in self.output()):
+        if all(receipt_path(t.path).is_file() for t in self.output()):
             self.corpus()
 
     def requires(self):
