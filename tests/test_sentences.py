@@ -125,3 +125,59 @@ def test_bad_inputs_name_the_file(tmp_path):
     notmodel.write_text("[]")
     with pytest.raises(PrepError, match="notmodel.json: not a wikiprep Punkt model"):
         sentences.load_punkt(notmodel)
+
+
+def _split(per_shard, dropped=None):
+    return {"documents": sum(per_shard), "sentences": 10 * sum(per_shard), "dropped": dropped or {},
+            "documents_per_shard": per_shard}
+
+
+def _extracted(part, articles, **dropped):
+    return {"part": part, "pages": articles + sum(dropped.values()), "articles": articles, "dropped": dropped}
+
+
+def test_judge_splits_counts_each_shard_from_the_split_stats_alone():
+    """What each shard will hold, and the dropped documents summed by reason, with no text read."""
+    corpus = sentences.judge_splits([_split([2, 0, 1], {"too_short": 1}), _split([1, 3, 2], {"too_short": 2})],
+                                    [_extracted("p1", 4, redirect=5), _extracted("p2", 8, redirect=1, empty=2)],
+                                    num_shards=3, source="enwiki 20260101")
+    assert corpus == {"documents": 9, "documents_per_shard": [3, 3, 3],
+                      "dropped": {"empty": 2, "redirect": 6, "too_short": 3}}
+
+
+@pytest.mark.parametrize("splits, extracted, expected", [
+    # every article dropped at cleaning
+    ([_split([0, 0], {"too_short": 3})], [_extracted("p1", 3)],
+     "enwiki 20260101: no article survived extraction and cleaning (dropped: {'too_short': 3})"),
+    # a part that yields no article at all is named before the totals are judged
+    ([_split([2, 2]), _split([0, 0])], [_extracted("p1", 4), _extracted("p2", 0, redirect=7)],
+     "p2 yields no articles"),
+    # more shards than the corpus fills: every empty shard counted, in one line
+    ([_split([5, 0, 0, 1]), _split([4, 0, 0, 0])], [_extracted("p1", 6), _extracted("p2", 4)],
+     "--num-shards 4: 2 of the sentence shards would be empty (enwiki 20260101 has 10 documents after cleaning, "
+     "spread by hash); give fewer shards, at most about 1 for this corpus"),
+])
+def test_judge_splits_refuses_a_corpus_that_does_not_fill_the_shards(splits, extracted, expected):
+    with pytest.raises(PrepError) as error:
+        sentences.judge_splits(splits, extracted, num_shards=len(splits[0]["documents_per_shard"]),
+                               source="enwiki 20260101")
+    assert expected in str(error.value) and "\n" not in str(error.value)
+
+
+def test_merged_shards_are_the_buckets_in_dump_order(extracted, tmp_path):
+    """Shard i is bucket i of every split, in the order given, byte for byte; merged one at a time, in any
+    order, the shards hold what the splits' counts promised."""
+    model = tmp_path / "punkt.json"
+    sentences.train_punkt(sentences.punkt_sample([extracted], min_chars=200), model)
+    splits = [tmp_path / "split" / name for name in ("a", "b")]
+    stats = [sentences.split_part(extracted, model, splits[0], num_shards=3, seed=5, min_chars=200),
+             sentences.split_part(extracted, model, splits[1], num_shards=3, seed=6, min_chars=200)]
+    corpus = sentences.judge_splits(stats, [_extracted("p", 30)], num_shards=3, source="x")
+    for i in (2, 0, 1):
+        out = tmp_path / "sentences" / sentences.shard_name(i)
+        merged = sentences.merge_shard([s / sentences.bucket_name(i) for s in splits], out)
+        assert out.read_bytes() == b"".join((s / sentences.bucket_name(i)).read_bytes() for s in splits)
+        assert merged["documents"] == corpus["documents_per_shard"][i]
+        assert merged["sentences"] == sum(1 for line in out.read_bytes().splitlines() if line)
+    with pytest.raises(PrepError, match=r"--shard 3: must be from 0 to 2 \(--num-shards 3\)"):
+        sentences.check_shard(3, 3)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from shardkit.errors import PrepError
 from wikiprep.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI, Pretrain384
 from workflows.slurm import STAGES, SlurmStage384, array_spec, plan, stage_elements
@@ -27,16 +28,24 @@ def test_array_spec():
     assert array_spec([7, 0, 1, 2, 5, 8]) == "0-2,5,7-8"
 
 
-def test_each_element_is_one_task_of_its_stage(dataset):
+def test_each_element_is_one_task_of_its_stage(dataset, tmp_path):
     elements = stage_elements(dataset)
     assert list(elements) == list(STAGES)
     families = {stage: [t.get_task_family() for t in tasks] for stage, tasks in elements.items()}
     assert families == {"download": ["DownloadDump"], "punkt": ["TrainPunkt"], "pieces": ["SplitPart"] * 2,
-                        "sentences": ["TrainVocab"], "shards": ["PretrainShard"] * 3, "finalize": ["Pretrain384"]}
-    assert [t.shard for t in elements["shards"]] == [0, 1, 2]
-    # With a vocabulary given, the sentences job only merges.
-    with_vocab = dataset.clone(vocab_file=str(REPO / "README.md"))
-    assert stage_elements(with_vocab)["sentences"][0].get_task_family() == "SentenceShards"
+                        "sentences": ["SentenceShard"] * 3, "vocab": ["TrainVocab"],
+                        "shards": ["PretrainShard"] * 3, "finalize": ["Pretrain384"]}
+    assert [t.shard for t in elements["sentences"]] == [t.shard for t in elements["shards"]] == [0, 1, 2]
+    # Shard i's instances need sentence shard i, and the vocabulary, which needs every sentence shard.
+    assert elements["shards"][2].requires() == {"sentences": elements["sentences"][2], "vocab": elements["vocab"][0]}
+    assert elements["vocab"][0].requires().requires() == elements["sentences"]
+    # With a vocabulary given, there is none to train: the vocab stage has no element, hence no job.
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+    with_vocab = dataset.clone(vocab_file=str(vocab))
+    assert stage_elements(with_vocab)["vocab"] == []
+    assert plan(with_vocab)["TODO_vocab"] == ""
+    assert list(stage_elements(with_vocab)["shards"][1].requires()) == ["sentences"]
     # The element task sees the same graph as the dataset task.
     element = SlurmStage384(**{**dataset.param_kwargs, "stage": "shards", "index": 2})
     assert element.dataset() == dataset and element.requires() == elements["shards"][2]
@@ -45,7 +54,8 @@ def test_each_element_is_one_task_of_its_stage(dataset):
 def test_plan_before_anything_ran(dataset):
     todo = plan(dataset)
     assert todo == {"DATASET_DIR": str(dataset.dataset_dir.resolve()), "TODO_download": "0", "TODO_punkt": "0",
-                    "TODO_pieces": "0-1", "TODO_sentences": "0", "TODO_shards": "0-2", "TODO_finalize": "0"}
+                    "TODO_pieces": "0-1", "TODO_sentences": "0-2", "TODO_vocab": "0", "TODO_shards": "0-2",
+                    "TODO_finalize": "0"}
 
 
 def test_slurm_plan_command_and_its_errors(dataset):
@@ -53,9 +63,17 @@ def test_slurm_plan_command_and_its_errors(dataset):
             "--dump-url", dataset.dump_url, "--dump-date", DEMO_DATE, "--num-shards", "3"]
     r = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "TODO_shards=0-2\n" in r.stdout and "TODO_pieces=0-1\n" in r.stdout
+    assert "TODO_shards=0-2\n" in r.stdout and "TODO_pieces=0-1\n" in r.stdout and "TODO_sentences=0-2\n" in r.stdout
     r = subprocess.run(args[:-1] + ["three"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == \
         "wikiprep: error: --num-shards 'three': expected a whole number", r.stderr
     r = subprocess.run(args[:4] + ["DownloadDump"] + args[5:-2], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 1 and "give Pretrain128, Pretrain384 or Pretrain512" in r.stderr, r.stderr
+
+
+def test_the_vocab_stage_without_a_vocabulary_to_train_is_refused_in_one_line(dataset, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+    element = SlurmStage384(**{**dataset.param_kwargs, "vocab_file": str(vocab), "stage": "vocab", "index": 0})
+    with pytest.raises(PrepError, match=r"^stage vocab: nothing to run with these parameters \(a --vocab-file is given\)$"):
+        element.complete()

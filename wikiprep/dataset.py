@@ -127,8 +127,9 @@ def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shar
              sentence_stats: dict) -> dict:
     """Close a dataset whose shards are all written: vocab.txt, stats.json, then MANIFEST.json (returned).
 
-    `shard_stats[i]` is what `write_shard` returned for shard i; `sentence_stats` is what
-    `sentences.merge_splits` returned (documents per sentence shard, documents dropped by reason).
+    `shard_stats[i]` is what `write_shard` returned for shard i; `sentence_stats` holds what
+    `sentences.merge_shard` returned for each sentence shard (`shards`) and the documents dropped by
+    reason (`dropped`, as `sentences.judge_splits` sums them).
     stats.json holds the totals of every numeric stat, each shard's stats, and the dropped
     documents. PrepError when the folder holds another dataset, or when no shard has an instance.
     """

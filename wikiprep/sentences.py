@@ -6,9 +6,10 @@ Offline by construction: the Punkt model is trained, unsupervised, on the corpus
 
 Every document goes to shard `hash(seed, page id) mod N` (`shard_of`), so each shard is a
 uniform random sample of the whole dump while every step streams: `split_part` turns one
-extracted part into N bucket files, `merge_splits` concatenates bucket i of every part, in
-part order, into shard i (`merge_shard`). The output is the original BERT generator's input
-format: one sentence per line, a blank line between documents.
+extracted part into N bucket files; once every part is split, `judge_splits` tells from their
+counts alone whether the corpus fills the N shards, and `merge_shard` concatenates bucket i of
+every part, in part order, into shard i, one shard independently of the others. The output is
+the original BERT generator's input format: one sentence per line, a blank line between documents.
 """
 
 from __future__ import annotations
@@ -266,18 +267,17 @@ def shard_name(shard: int) -> str:
     return f"shard_{shard:05d}.txt"
 
 
-def merge_splits(split_dirs: list[str | Path], out_dir: str | Path, *, num_shards: int, split_stats: list[dict],
-                 extract_stats: list[dict], source: str) -> dict:
-    """The sentence shards, committed as one folder: shard i is bucket i of every split, in the given (dump) order.
+def judge_splits(split_stats: list[dict], extract_stats: list[dict], *, num_shards: int, source: str) -> dict:
+    """What the sentence shards will hold, judged from the counts of every split before any shard is written.
 
-    `split_dirs` are `split_part`'s folders and `split_stats` its results; `extract_stats` are
-    `extract.extract_part`'s results for every part or slice. Returns each shard's documents and
-    sentences, and the documents dropped at extraction and at cleaning, summed by reason.
-    PrepError, naming `source` (the dump), before writing when a part yields no article
-    (`extract.check_parts`: a sliced part is judged whole), and before committing the folder
-    when no document survived at all, or when a shard has none (more shards than the corpus
-    fills: an empty shard would be an empty record file, which DALI's and other readers'
-    index files refuse, so the run stops with one line rather than one error per shard later).
+    `split_stats` are `split_part`'s results for every part or slice, `extract_stats`
+    `extract.extract_part`'s; no corpus text is read. Returns the documents of each shard (what
+    `merge_shard` will count), their total, and the documents dropped at extraction and at
+    cleaning, summed by reason. PrepError, naming `source` (the dump), when a part yields no
+    article (`extract.check_parts`: a sliced part is judged whole), when no document survived
+    at all, or when a shard would have none (more shards than the corpus fills: an empty shard
+    would be an empty record file, which DALI's and other readers' index files refuse, so the
+    run stops with one line rather than one error per shard later).
     """
     check_num_shards(num_shards)
     check_parts(extract_stats)
@@ -285,19 +285,16 @@ def merge_splits(split_dirs: list[str | Path], out_dir: str | Path, *, num_shard
     for stats in split_stats + extract_stats:
         for reason, n in stats["dropped"].items():
             dropped[reason] = dropped.get(reason, 0) + n
-    shards = []
-    with atomic_dir(out_dir) as tmp:
-        for i in range(num_shards):
-            shards.append(merge_shard([Path(s) / bucket_name(i) for s in split_dirs], tmp / shard_name(i)))
-        documents = sum(s["documents"] for s in shards)
-        if documents == 0:
-            raise PrepError(f"{source}: no article survived extraction and cleaning (dropped: {dropped or 'none'})")
-        empty = sum(1 for s in shards if s["documents"] == 0)
-        if empty:
-            raise PrepError(f"--num-shards {num_shards}: {empty} of the sentence shards would be empty ({source} "
-                            f"has {documents} documents after cleaning, spread by hash); give fewer shards, "
-                            f"at most about {max(1, documents // 8)} for this corpus")
-    return {"shards": shards, "dropped": dict(sorted(dropped.items()))}
+    per_shard = [sum(stats["documents_per_shard"][i] for stats in split_stats) for i in range(num_shards)]
+    documents = sum(per_shard)
+    if documents == 0:
+        raise PrepError(f"{source}: no article survived extraction and cleaning (dropped: {dropped or 'none'})")
+    empty = per_shard.count(0)
+    if empty:
+        raise PrepError(f"--num-shards {num_shards}: {empty} of the sentence shards would be empty ({source} "
+                        f"has {documents} documents after cleaning, spread by hash); give fewer shards, "
+                        f"at most about {max(1, documents // 8)} for this corpus")
+    return {"documents": documents, "documents_per_shard": per_shard, "dropped": dict(sorted(dropped.items()))}
 
 
 def check_num_shards(num_shards: int) -> None:
@@ -305,8 +302,16 @@ def check_num_shards(num_shards: int) -> None:
         raise PrepError(f"--num-shards {num_shards}: must be at least 1")
 
 
+def check_shard(shard: int, num_shards: int) -> None:
+    if not 0 <= shard < num_shards:
+        raise PrepError(f"--shard {shard}: must be from 0 to {num_shards - 1} (--num-shards {num_shards})")
+
+
 def merge_shard(bucket_paths: list[str | Path], out_path: str | Path) -> dict:
-    """Concatenate one bucket of every part, in the given (part) order, into a sentence shard."""
+    """Concatenate one bucket of every part, in the given (part) order, into a sentence shard.
+
+    Shard i is `bucket_name(i)` of every split in dump order: whatever merges it, alone or
+    beside any others, writes the same bytes. Returns its documents and sentences."""
     documents = sentences = 0
     with atomic_write(out_path, "wb") as out:
         for path in bucket_paths:

@@ -17,9 +17,9 @@ from .imagenet import ImageNet, ImageNetPlan, ImageNetShard
 from .slurm import SlurmStage128, SlurmStage384, SlurmStage512
 from .train import TrainBert, TrainImageNet
 from .wiki import (DownloadDump, DownloadPart, ExtractPart, Pretrain128, Pretrain384, Pretrain512, PretrainDataset,
-                   PretrainShard, SentenceShards, SplitPart, TrainPunkt, TrainVocab)
+                   PretrainShard, SentenceShard, SentenceShards, SplitDump, SplitPart, TrainPunkt, TrainVocab)
 
 __all__ = ["PrepTask", "ReceiptTarget", "DEMO_DATE", "DEMO_WIKI", "Demo", "DemoSamples", "ImageNet", "ImageNetPlan",
            "ImageNetShard", "TrainBert", "TrainImageNet", "DownloadDump", "DownloadPart", "ExtractPart", "Pretrain128",
-           "Pretrain384", "Pretrain512", "PretrainDataset", "PretrainShard", "SentenceShards", "SplitPart",
-           "TrainPunkt", "TrainVocab", "SlurmStage128", "SlurmStage384", "SlurmStage512"]
+           "Pretrain384", "Pretrain512", "PretrainDataset", "PretrainShard", "SentenceShard", "SentenceShards",
+           "SplitDump", "SplitPart", "TrainPunkt", "TrainVocab", "SlurmStage128", "SlurmStage384", "SlurmStage512"]

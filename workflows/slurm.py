@@ -23,10 +23,11 @@ from shardkit.errors import PrepError
 
 from .base import IntParameter
 from .wiki import (DownloadDump, Pretrain128, Pretrain384, Pretrain512, PretrainDataset, PretrainShard,
-                   SentenceShards, SplitPart, TrainPunkt)
+                   SentenceShard, SplitPart, TrainPunkt)
 
-# In chain order. `pieces` and `shards` are job arrays; the others are single jobs (index 0).
-STAGES = ("download", "punkt", "pieces", "sentences", "shards", "finalize")
+# In chain order. `pieces`, `sentences` and `shards` are job arrays; the others are single jobs (index 0).
+# `vocab` has no element (and no job) when a --vocab-file is given.
+STAGES = ("download", "punkt", "pieces", "sentences", "vocab", "shards", "finalize")
 
 
 def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
@@ -36,16 +37,21 @@ def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
     - punkt: the sentence model, with the extraction of the first piece(s) it reads; every
       piece needs it, so it runs once, before them;
     - pieces: one dump part (or multistream slice) extracted, cleaned and split;
-    - sentences: the merge of the splits into sentence shards, and the vocabulary when one is
-      trained: one task over all pieces that every shard needs;
+    - sentences: one sentence shard, merged from its bucket of every piece; each element first
+      judges the splits' counts (SplitDump: their receipts, no text), so a dump that leaves a shard
+      empty fails every element with the same line before any shard is written;
+    - vocab: the vocabulary, when one is trained: every shard's instances need it, and it reads
+      every sentence shard up to its cap (200 M characters), so it runs once, between the arrays;
     - shards: one shard's instances;
     - finalize: vocab.txt, stats.json and MANIFEST.json.
     """
+    vocab = dataset.vocab_task()
     return {
         "download": [dataset.clone(DownloadDump)],
         "punkt": [dataset.clone(TrainPunkt)],
         "pieces": [dataset.piece_task(SplitPart, piece) for piece in dataset.pieces()],
-        "sentences": [dataset.vocab_task() or dataset.clone(SentenceShards)],
+        "sentences": [dataset.clone(SentenceShard, shard=i) for i in range(dataset.num_shards)],
+        "vocab": [vocab] if vocab is not None else [],
         "shards": [dataset.clone(PretrainShard, shard=i) for i in range(dataset.num_shards)],
         "finalize": [dataset],
     }
@@ -88,6 +94,8 @@ class SlurmStage(PretrainDataset):
     def check_before_work(self) -> None:
         super().check_before_work()
         elements = stage_elements(self.dataset())
+        if not elements[self.stage]:
+            raise PrepError(f"stage {self.stage}: nothing to run with these parameters (a --vocab-file is given)")
         if not 0 <= self.index < len(elements[self.stage]):
             raise PrepError(f"--index {self.index}: stage {self.stage} has elements 0 to "
                             f"{len(elements[self.stage]) - 1}")

@@ -1,7 +1,9 @@
 """The Wikipedia tasks: a dated dump to BERT pre-training shards.
 
-DownloadPart -> ExtractPart -> TrainPunkt -> SplitPart -> SentenceShards -> TrainVocab (without
---vocab-file) -> PretrainShard -> PretrainDataset (Pretrain128, Pretrain384, Pretrain512).
+DownloadPart -> ExtractPart -> TrainPunkt -> SplitPart -> SplitDump -> SentenceShard -> (SentenceShards
+-> TrainVocab, without --vocab-file) -> PretrainShard -> PretrainDataset (Pretrain128, Pretrain384,
+Pretrain512). What fans out is one task per dump piece (extraction, splitting) or per shard (merging,
+instances); what does not (Punkt, the vocabulary) reads a bounded sample, never the whole dump.
 The dump's parameters are DumpTask's; every other parameter is declared once, on the first task
 that needs it, and the tasks after it take it with `luigi.util.inherits` / `requires` and build
 their requirements with `clone`.
@@ -9,12 +11,15 @@ their requirements with `clone`.
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
 import luigi
 from luigi.util import inherits, requires
 
-from shardkit.atomic import check_output_root, remove_stale_temps, write_dir_receipt, write_receipt
+from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_dead_temps, remove_stale_temps,
+                             write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
 from wikiprep import dataset, download, extract, sentences, vocab
 from wikiprep.options import GenerationOptions
@@ -153,12 +158,11 @@ class TrainPunkt(DumpTask):
         write_receipt(self.output().path, stats=stats)
 
 
-# SentenceShards comes before SplitPart, which takes its parameters.
+# SentenceShards comes before SplitPart, SplitDump and SentenceShard, which take its parameters.
 
 @inherits(TrainPunkt)
 class SentenceShards(DumpTask):
-    """All sentence shards: shard i is bucket i of every part (or slice), in dump order. Slices partition
-    their part in page order, so the shards are the same bytes whether parts were sliced or not."""
+    """Every sentence shard (SentenceShard): what the vocabulary is trained on. Nothing of its own to run."""
 
     num_shards = IntParameter(default=256, description="number of output shards")
     seed = IntParameter(default=12345, description="global seed: shard mixing and instance generation")
@@ -168,20 +172,21 @@ class SentenceShards(DumpTask):
         sentences.check_num_shards(self.num_shards)
 
     def requires(self):
-        return [self.piece_task(SplitPart, piece) for piece in self.pieces()]
+        return [self.clone(SentenceShard, shard=i) for i in range(self.num_shards)]
 
     def output(self):
-        split_name = sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
-        return ReceiptTarget(self.work_dir / "sentences" / split_name)
+        return self.input()
 
-    def run(self):
-        splits = self.input()
-        # Documents dropped at extraction (redirects, other namespaces...) are counted with those dropped at cleaning.
-        extracted = [self.piece_task(ExtractPart, piece).output().receipt()["stats"] for piece in self.pieces()]
-        stats = sentences.merge_splits([t.path for t in splits], self.output().path, num_shards=self.num_shards,
-                                       split_stats=[t.receipt()["stats"] for t in splits], extract_stats=extracted,
-                                       source=f"{self.wiki} {self.dump_date}")
-        write_dir_receipt(self.output().path, stats=stats)
+    def stats(self) -> dict:
+        """Each shard's documents and sentences, and the documents dropped by reason, for stats.json:
+        read from the shards' receipts (one small JSON file each)."""
+        receipts = [t.receipt() for t in self.output()]
+        return {"shards": [r["stats"] for r in receipts], "dropped": receipts[0]["corpus"]["dropped"]}
+
+
+def sentences_folder(task: DumpTask) -> Path:
+    """DATA/{wiki}-{date}/sentences/n{shards}_seed{seed}_min{chars}: the sentence shards of one way of splitting."""
+    return task.work_dir / "sentences" / sentences.split_name(task.num_shards, task.seed, task.min_doc_chars)
 
 
 @inherits(SentenceShards, ExtractPart)
@@ -206,9 +211,108 @@ class SplitPart(DumpTask):
         write_dir_receipt(self.output().path, stats=stats)
 
 
+@inherits(SentenceShards)
+class SplitDump(DumpTask):
+    """Every piece split, and the corpus they make judged from their receipts (sentences.judge_splits):
+    a dump with no article left, or too few documents for every shard, is refused here, once, with one
+    line, before any sentence shard is written. No corpus text is read."""
+
+    def check_before_work(self) -> None:
+        """Once every piece has its split receipt, complete() judges them too: a rerun is refused before
+        any work. (Whether each split still matches its receipt, complete() asks next.)"""
+        super().check_before_work()
+        sentences.check_num_shards(self.num_shards)
+        if all(receipt_path(t.path).is_file() for t in self.output()):
+            self.corpus()
+
+    def requires(self):
+        return [self.piece_task(SplitPart, piece) for piece in self.pieces()]
+
+    def output(self):
+        return self.input()
+
+    def corpus(self) -> dict:
+        """sentences.judge_splits of the split receipts, with the extraction's (documents dropped there:
+        redirects, other namespaces...)."""
+        extracted = [self.piece_task(ExtractPart, piece).output().receipt()["stats"] for piece in self.pieces()]
+        return sentences.judge_splits([t.receipt()["stats"] for t in self.output()], extracted,
+                                      num_shards=self.num_shards, source=f"{self.wiki} {self.dump_date}")
+
+    def run(self):
+        self.corpus()
+
+
+def _read_folder_receipt(path: Path) -> dict:
+    """A folder receipt, parsed once per version of the file: every shard of the folder asks for it."""
+    st = path.stat()
+    return _parsed_json(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_json(path: str, mtime_ns: int, size: int) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+class SentenceShardTarget(ReceiptTarget):
+    """A sentence shard: complete with its own receipt, or in a data folder whose sentence shards were
+    all merged by one task (before each shard was its own task), with that folder's receipt listing it
+    at its size. Either receipt gives the shard's `stats` and the corpus' dropped documents."""
+
+    def __init__(self, path: Path, shard: int):
+        super().__init__(path)
+        self.shard = shard
+
+    def _folder_receipt(self) -> dict | None:
+        """The whole folder's receipt, when it lists this shard at the size it has."""
+        try:
+            receipt = _read_folder_receipt(receipt_path(self.path.parent))
+            return receipt if receipt["files"][self.path.name]["size"] == self.path.stat().st_size else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def exists(self) -> bool:
+        return read_receipt(self.path) is not None or self._folder_receipt() is not None
+
+    def receipt(self) -> dict:
+        if read_receipt(self.path) is not None:
+            return super().receipt()
+        folder = self._folder_receipt()
+        if folder is None:
+            return super().receipt()  # FileNotFoundError: not complete
+        shards = folder["stats"]["shards"]
+        return {"file": self.path.name, **folder["files"][self.path.name], "stats": shards[self.shard],
+                "corpus": {"documents": sum(s["documents"] for s in shards), "dropped": folder["stats"]["dropped"]}}
+
+
+@requires(SplitDump)
+class SentenceShard(DumpTask):
+    """Sentence shard i: bucket i of every piece, in dump order (sentences.merge_shard). Each shard is its
+    own task, so merging spreads over the workers like the shards' instances. Slices partition their part
+    in page order, so the shards are the same bytes whether parts were sliced or not."""
+
+    shard = IntParameter(description="the shard, from 0 to --num-shards - 1")
+
+    def check_before_work(self) -> None:
+        super().check_before_work()
+        sentences.check_num_shards(self.num_shards)
+        sentences.check_shard(self.shard, self.num_shards)
+
+    def output(self):
+        return SentenceShardTarget(sentences_folder(self) / sentences.shard_name(self.shard), self.shard)
+
+    def run(self):
+        out = self.output().path
+        # Before shards were merged one per task, the folder was built whole under a temporary name.
+        remove_dead_temps(out.parent)
+        corpus = self.requires().corpus()
+        stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out)
+        write_receipt(out, stats=stats, corpus={"documents": corpus["documents"], "dropped": corpus["dropped"]})
+
+
 @requires(SentenceShards)
 class TrainVocab(DumpTask):
-    """A WordPiece vocabulary trained (deterministically) on the sentence shards."""
+    """A WordPiece vocabulary trained (deterministically) on the sentence shards, in shard order. It counts
+    at most vocab.build_vocab's max_chars (200 M characters), whatever the size of the dump."""
 
     vocab_size = IntParameter(default=30522, description="size of the trained vocabulary")
     do_lower_case = BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
@@ -224,7 +328,7 @@ class TrainVocab(DumpTask):
         return ReceiptTarget(self.work_dir / "vocab" / f"{split_name}_{case}_{self.vocab_size}.txt")
 
     def run(self):
-        shards = sorted(self.input().path.glob("shard_*.txt"))
+        shards = sorted(t.path for t in self.input())
         stats = vocab.build_vocab(shards, self.output().path, vocab_size=self.vocab_size,
                                   lowercase=self.do_lower_case)
         write_receipt(self.output().path, stats=stats)
@@ -284,10 +388,14 @@ class PretrainTask(DumpTask):
 class PretrainShard(PretrainTask):
     """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): wiki_{i:05d}.tfrecord + .index."""
 
-    shard = IntParameter()
+    shard = IntParameter(description="the shard, from 0 to --num-shards - 1")
+
+    def check_before_work(self) -> None:
+        super().check_before_work()
+        sentences.check_shard(self.shard, self.num_shards)
 
     def requires(self):
-        deps = {"sentences": self.clone(SentenceShards)}
+        deps = {"sentences": self.clone(SentenceShard)}
         if self.vocab_task() is not None:
             deps["vocab"] = self.vocab_task()
         return deps
@@ -298,7 +406,7 @@ class PretrainShard(PretrainTask):
     def run(self):
         out = self.output().path
         seed = dataset.shard_seed(self.seed, self.shard)
-        stats = dataset.write_shard(self.input()["sentences"].path / sentences.shard_name(self.shard),
+        stats = dataset.write_shard(self.input()["sentences"].path,
                                     self.vocab_path(), out, GenerationOptions.from_object(self, random_seed=seed),
                                     self.description())
         write_receipt(out, seed=seed, stats=stats)
@@ -323,7 +431,7 @@ class PretrainDataset(PretrainTask):
     def run(self):
         dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(),
                          [t.receipt()["stats"] for t in self.input()],
-                         self.clone(SentenceShards).output().receipt()["stats"])
+                         self.clone(SentenceShards).stats())
         write_receipt(self.output().path)
 
 

@@ -23,7 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 VENV = Path(sys.executable).parent.parent  # not resolved: a venv's python is a symlink
 WIKI, DATE = "enwiki", "20260101"  # workflows.DEMO_WIKI, DEMO_DATE
-STAGES = ["download", "punkt", "pieces", "sentences", "shards", "finalize"]
+STAGES = ["download", "punkt", "pieces", "sentences", "vocab", "shards", "finalize"]  # a vocabulary is trained
 DATASET = Path(f"{WIKI}-{DATE}") / "seq128_mask20_dup100"
 TIMEOUT = 900
 
@@ -144,7 +144,7 @@ def test_job_array_chain_resumes_after_a_shard_element_is_cancelled(site, serial
     dataset = data / DATASET
     jobs = submit_chain(site, data)
     assert list(jobs) == STAGES, jobs
-    assert jobs["pieces"][1] == "0-1" and jobs["shards"][1] == "0-3", jobs
+    assert jobs["pieces"][1] == "0-1" and jobs["sentences"][1] == "0-3" and jobs["shards"][1] == "0-3", jobs
     ids = [job for job, _ in jobs.values()]
 
     # Cancel the element of the first shard being written, in the middle of its write.
@@ -155,6 +155,9 @@ def test_job_array_chain_resumes_after_a_shard_element_is_cancelled(site, serial
     wait_gone(ids)
 
     assert states(shards_job)[str(shard)] == "CANCELLED", states(shards_job)
+    # Each sentence shard was merged by its own element.
+    assert states(jobs["sentences"][0]) == {str(i): "COMPLETED" for i in range(4)}, states(jobs["sentences"][0])
+    assert states(jobs["vocab"][0]) == {"": "COMPLETED"}
     assert states(jobs["finalize"][0])[""] == "CANCELLED"  # --kill-on-invalid-dep: not pending forever
     assert not (dataset / ".receipts" / f"{tmp.name.split('.tmp-')[0]}.json").exists(), "cancelled too late"
     assert not (dataset / "MANIFEST.json").exists()
