@@ -16,9 +16,10 @@ every invariant on the way.
 
 One deliberate difference: Graphcore's loop takes a slot for every position whose id is not 0,
 so a token of id 0 (a masked token replaced by the random word at id 0, `[PAD]` in BERT's
-vocabularies, or any real token when a vocabulary has a word at 0) is dropped and its label
-shifted onto the next mask. Here every real position gets its slot: the same bytes whenever no
-real token has id 0, and the instance intact when one does.
+vocabularies, or any real token when a vocabulary has a word at 0) is dropped: a masked one
+loses its slot (masked_labels then disagree with masked_lm_ids), an unmasked one leaves the
+sequence. Here every real position gets its slot: the same bytes whenever no real token has
+id 0, and the instance intact when one does.
 """
 
 from __future__ import annotations
