@@ -4,10 +4,11 @@ From NVIDIA DeepLearningExamples, PyTorch/LanguageModeling/BERT/run_pretraining.
 `pretraining_dataset` (`__init__`, `__len__`, `__getitem__`) and its file-discovery rule, at commit
 56ccaf80 (2022-03-01), the last before LDDL replaced this reader (MLPerf's PyTorch BERT reads the
 same layout the same way); and the HDF5 lines of create_pretraining_data.py's
-`write_instance_to_example_file` (at 729963dd, 2024-04), the reference for dtypes and compression. Copyright (c) 2019 NVIDIA CORPORATION; Copyright 2018 The Google AI
-Language Team Authors and The HugginFace Inc. team. Licensed under the Apache License, Version
-2.0 (http://www.apache.org/licenses/LICENSE-2.0); distributed on an "AS IS" BASIS, WITHOUT
-WARRANTIES OR CONDITIONS OF ANY KIND.
+`write_instance_to_example_file` (at 729963dd, 2024-04), the reference for dtypes and compression.
+Copyright (c) 2019 NVIDIA CORPORATION; Copyright 2018 The Google AI Language Team Authors and The
+HugginFace Inc. team. Licensed under the Apache License, Version 2.0
+(http://www.apache.org/licenses/LICENSE-2.0); distributed on an "AS IS" BASIS, WITHOUT WARRANTIES
+OR CONDITIONS OF ANY KIND.
 
 Changes: the methods' code is NVIDIA's, unchanged in logic; the class no longer derives from
 torch's `Dataset` (an empty base), and `torch` is `_TorchStandIn` below, numpy behind the five

@@ -141,8 +141,9 @@ def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shar
              sentence_stats: dict, output_format: str = instances.TFRECORD) -> dict:
     """Close a dataset whose shards are all written: vocab.txt, stats.json, then MANIFEST.json (returned).
 
-    `shard_stats[i]` is what `write_shard` returned for shard i (`shard_name(i, output_format)`); `sentence_stats` is what
-    `sentences.merge_splits` returned (documents per sentence shard, documents dropped by reason).
+    `shard_stats[i]` is what `write_shard` returned for shard i (`shard_name(i, output_format)`);
+    `sentence_stats` is what `sentences.merge_splits` returned (documents per sentence shard,
+    documents dropped by reason).
     stats.json holds the totals of every numeric stat, each shard's stats, and the dropped
     documents. PrepError when the folder holds another dataset, or when no shard has an instance.
     """

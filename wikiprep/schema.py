@@ -1,4 +1,4 @@
-"""The BERT pre-training record in its three layouts: the one table each encoder, parse spec, check and reader derives from.
+"""The BERT pre-training record in its three layouts: the tables its encoders, parse specs, checks and readers use.
 
 - `BERT_INSTANCE`: the schema of google-research/bert's `run_pretraining.py` (`input_fn_builder`), which
   every TFRecord consumer of BERT pre-training data (Google, NVIDIA's TF, Graphcore's TF1/TF2) parses.
