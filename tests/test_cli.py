@@ -222,7 +222,8 @@ def layouts(fixtures, tmp_path_factory) -> dict[str, Path]:
         folder = folders[name] = root / name
         folder.mkdir()
         shards = [folder / f"wiki_{i:05d}{suffix}" for i in range(2)]
-        indexes = [] if suffix == ".hdf5" else ["--index_file=" + ",".join(str(p.with_suffix(".index")) for p in shards)]
+        indexes = [] if suffix == ".hdf5" else ["--index_file=" + ",".join(str(p.with_suffix(".index"))
+                                                                             for p in shards)]
         res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt", f"--vocab_file={VOCAB}",
                        "--output_file=" + ",".join(map(str, shards)), "--random_seed=4", "--dupe_factor=3",
                        *indexes, *flags)
