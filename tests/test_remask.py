@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shardkit.errors import PrepError
-from shardkit.example import decode_example
+from shardkit.example import decode_example, varint
 from shardkit.records import read_records
 from testkit import graphcore_remask
 from wikiprep import remask
@@ -102,6 +102,7 @@ def test_records_are_graphcores_own_rearrangement_of_the_standard_records(made):
                                                     opts.max_seq_length, opts.max_predictions_per_seq, pad)
             assert ours == theirs, f"{remasked} record {i}"
             features = decode_example(ours)
+            assert REMASK_INSTANCE.encode(features) == ours  # the fast encoder equals the schema's
             assert features["masked_lm_positions"] == ex["masked_lm_positions"][:m]  # not padded, as written
             assert features["masked_lm_ids"] == features["masked_labels"] == ex["masked_lm_ids"]
             checked += 1
@@ -115,7 +116,10 @@ def test_a_token_of_id_0_keeps_its_slot():
     seq, pred = 12, 4
     ids = [101, 7, 0, 9, 102, 11, 0, 13, 102]  # [CLS] A(3) [SEP] B(3) [SEP]: a masked 0 at 2, a kept 0 at 6
     positions, labels = [2, 5], [8, 12]
-    features = remask.RemaskEncoder([b""], seq, pred).features(ids, 3, positions, labels, False)
+    encoder = remask.RemaskEncoder([varint(i) for i in range(200)], seq, pred)
+    features = encoder.features(ids, 3, positions, labels, False)
+    assert encoder.encode([varint(i) for i in ids], 3, 4, positions, [varint(i) for i in labels], False) == \
+        REMASK_INSTANCE.encode(features)
     assert features["mask_padding_index"] == [2] and features["seq_padding_index"] == [pred + 7]
     assert features["input_position"][:2] == [2, 5] and features["input_ids"][:2] == [0, 11]
     batch = {name: np.array([values]) for name, values in features.items()}

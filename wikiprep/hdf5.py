@@ -7,8 +7,8 @@ datasets and dtypes of `schema.HDF5_DTYPES`, gzip-compressed, as NVIDIA's
 
 Writing. NVIDIA's writer fills one array per feature for the whole shard and writes each at once;
 here a shard is written in blocks of whole chunks (`chunk_rows`), so memory holds one block.
-The generator's instances reach the writer as fixed-size rows (`InstanceRows`), spilled to disk
-and read back in the final shuffled order like the TFRecord writer's records.
+The generator's instances reach the writer as compact rows (`InstanceRows`), spilled to disk and
+read back in the final shuffled order like the TFRecord writer's records.
 
 Determinism. An HDF5 file records more than its data: object modification times (HDF5's
 default, which h5py turns off: `track_times=False`, passed here explicitly), the file format
@@ -25,6 +25,7 @@ import contextlib
 import errno
 import os
 import re
+import struct
 from array import array
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -67,51 +68,68 @@ def chunk_rows(dims: dict[str, int]) -> int:
 # From the generator to the writer: fixed-size rows
 
 class InstanceRows:
-    """An instance as one fixed-size row of int32s, and a block of rows as the HDF5 datasets' arrays.
+    """An instance as one spilled row, and a block of rows as the HDF5 datasets' arrays.
 
-    A row is [n tokens, length of A, m masks, is random next], then the token ids padded to
-    max_seq_length, then the masked positions and their original ids, each padded to
-    max_predictions_per_seq. Rows have one size, so the writer reads them back in any order.
+    A row is the instance as the generator emits it: a head (token count, length of A, mask count,
+    random next, bytes of token ids, bytes of masked ids), the masked positions as int32s, then
+    the token ids and the masked ids as the generator holds them, protobuf varints (one join each,
+    as the TFRecord encoder does). A block's varints are decoded at once with numpy: per-token
+    work in Python would double the cost of an instance.
     """
 
-    HEAD = 4
+    HEAD = struct.Struct("<6i")
 
-    def __init__(self, table: list[bytes], max_seq_length: int, max_predictions_per_seq: int):
-        self.id_of = {b: i for i, b in enumerate(table)}
+    def __init__(self, max_seq_length: int, max_predictions_per_seq: int):
         self.seq, self.pred = max_seq_length, max_predictions_per_seq
-        self.width = self.HEAD + max_seq_length + 2 * max_predictions_per_seq
-        self.row_bytes = 4 * self.width
-        self._zeros = array("i", bytes(4 * max(max_seq_length, max_predictions_per_seq)))
 
     def encode(self, tokens: list[bytes], len_a: int, len_b: int, positions: list[int], labels: list[bytes],
                is_random: bool) -> bytes:
-        id_of, zeros = self.id_of, self._zeros
-        n, m = len(tokens), len(positions)
-        row = array("i", (n, len_a, m, is_random))
-        row.extend([id_of[t] for t in tokens])
-        row.extend(zeros[:self.seq - n])
-        row.extend(positions)
-        row.extend(zeros[:self.pred - m])
-        row.extend([id_of[t] for t in labels])
-        row.extend(zeros[:self.pred - m])
-        return row.tobytes()
+        ids, label_ids = b"".join(tokens), b"".join(labels)
+        return b"".join((self.HEAD.pack(len(tokens), len_a, len(positions), is_random, len(ids), len(label_ids)),
+                         array("i", positions).tobytes(), ids, label_ids))
 
-    def block(self, data: bytes) -> dict:
-        """The HDF5 datasets' arrays (NVIDIA's dtypes) of the rows in `data`."""
+    def block(self, rows: Sequence[bytes]) -> dict:
+        """The HDF5 datasets' arrays (NVIDIA's dtypes) of `rows`."""
         import numpy as np
 
-        rows = np.frombuffer(data, dtype=np.int32).reshape(-1, self.width)
-        n, len_a = rows[:, 0:1], rows[:, 1:2]
-        slot = np.arange(self.seq)
-        ids_end = self.HEAD + self.seq
-        return {
-            "input_ids": rows[:, self.HEAD:ids_end],
-            "input_mask": (slot < n).astype(np.int8),
-            "segment_ids": ((slot >= len_a + 2) & (slot < n)).astype(np.int8),
-            "masked_lm_positions": rows[:, ids_end:ids_end + self.pred],
-            "masked_lm_ids": rows[:, ids_end + self.pred:],
-            "next_sentence_labels": rows[:, 3],
+        unpack, head = self.HEAD.unpack_from, self.HEAD.size
+        heads, positions, ids, label_ids = [], [], [], []
+        for row in rows:
+            h = unpack(row)
+            heads.append(h)
+            start = head + 4 * h[2]
+            positions.append(row[head:start])
+            ids.append(row[start:start + h[4]])
+            label_ids.append(row[start + h[4]:])
+        heads = np.array(heads, dtype=np.int64).reshape(-1, 6)
+        n, len_a, m = heads[:, 0:1], heads[:, 1:2], heads[:, 2:3]
+        slot, mask_slot = np.arange(self.seq), np.arange(self.pred)
+        real, masked = slot < n, mask_slot < m
+        out = {
+            "input_ids": np.zeros((len(rows), self.seq), np.int32),
+            "input_mask": real.astype(np.int8),
+            "segment_ids": ((slot >= len_a + 2) & real).astype(np.int8),
+            "masked_lm_positions": np.zeros((len(rows), self.pred), np.int32),
+            "masked_lm_ids": np.zeros((len(rows), self.pred), np.int32),
+            "next_sentence_labels": heads[:, 3].astype(np.int8),
         }
+        out["input_ids"][real] = decode_varints(b"".join(ids))
+        out["masked_lm_positions"][masked] = np.frombuffer(b"".join(positions), dtype=np.int32)
+        out["masked_lm_ids"][masked] = decode_varints(b"".join(label_ids))
+        return out
+
+
+def decode_varints(data: bytes):
+    """The non-negative protobuf varints of `data`, one after another, as an int64 numpy array."""
+    import numpy as np
+
+    a = np.frombuffer(data, dtype=np.uint8)
+    if not len(a):
+        return np.zeros(0, np.int64)
+    ends = np.flatnonzero(a < 0x80)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    shift = 7 * (np.arange(len(a)) - np.repeat(starts, ends - starts + 1))
+    return np.add.reduceat((a & 0x7F).astype(np.int64) << shift, starts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,11 @@ final shuffle permutes record offsets.
 
 `fixed_mask_count=True` is Graphcore's variant (a full-length sequence always gets exactly
 `max_predictions_per_seq` masks); it changes how many tokens are masked, not the draw order.
+
+The instances are the same whatever the output: only the encoder of the spill and the copy-out
+differ. TFRecords spill their records (`InstanceEncoder`, or `remask.RemaskEncoder` for
+Graphcore's static-mask layout); NVIDIA's HDF5 spills compact rows (`hdf5.InstanceRows`),
+copied out in blocks of whole chunks.
 """
 
 from __future__ import annotations
@@ -639,7 +644,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
     dims = {SEQ: opts.max_seq_length, PRED: opts.max_predictions_per_seq}
     if fmt == HDF5:
-        encoder = hdf5.InstanceRows(corpus.table, opts.max_seq_length, opts.max_predictions_per_seq)
+        encoder = hdf5.InstanceRows(opts.max_seq_length, opts.max_predictions_per_seq)
         writers_of_outputs = hdf5.HDF5Files(outputs)
     else:
         encoder = (InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq) if layout == remask.STANDARD
@@ -690,9 +695,10 @@ def _write_hdf5_files(files: hdf5.HDF5Files, rows: hdf5.InstanceRows, dims: dict
     n_out, total = len(files.paths), len(order)
     writers = [files.create(j, len(range(j, total, n_out)), dims) for j in range(n_out)]
     step = hdf5.chunk_rows(dims) * n_out  # a multiple of n_out: row i of a block goes to output i mod n_out
-    size, pread = rows.row_bytes, os.pread
+    pread = os.pread
     for start in range(0, total, step):
-        block = rows.block(b"".join([pread(fd, size, offsets[inst]) for inst in order[start:start + step]]))
+        block = rows.block([pread(fd, offsets[inst + 1] - offsets[inst], offsets[inst])
+                            for inst in order[start:start + step]])
         for j, w in enumerate(writers):
             w.write({name: values[j::n_out] for name, values in block.items()})
 

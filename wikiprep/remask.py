@@ -25,9 +25,10 @@ id 0, and the instance intact when one does.
 from __future__ import annotations
 
 from shardkit.errors import PrepError
+from shardkit.example import FLOAT, INT64, encode_example, varint
 
 from .options import GenerationOptions
-from .schema import PAD_POSITION_VALUE, REMASK_INSTANCE
+from .schema import PAD_POSITION_VALUE
 
 STANDARD, REMASK = "standard", "remask"
 LAYOUTS = (STANDARD, REMASK)
@@ -53,35 +54,44 @@ def check_fits(options: GenerationOptions, pad_position_value: int = PAD_POSITIO
 
 
 class RemaskEncoder:
-    """The remask record bytes of an instance, from the generator's emit arguments (varint-encoded tokens)."""
+    """The remask record bytes of an instance, from the generator's emit arguments (varint-encoded tokens).
+
+    `features` says what the record holds (plain ints, as Graphcore's writer computes them);
+    `encode` gives `REMASK_INSTANCE.encode` of them, built from the generator's varint bytes
+    without per-value Python work, as `instances.InstanceEncoder` does for the standard layout.
+    """
 
     def __init__(self, table: list[bytes], max_seq_length: int, max_predictions_per_seq: int,
                  pad_position_value: int = PAD_POSITION_VALUE):
-        self.id_of = {b: i for i, b in enumerate(table)}
         self.seq = max_seq_length
         self.pred = max_predictions_per_seq
         self.pad_position = pad_position_value
+        self._pad = varint(pad_position_value)
+        self._weights: dict[int, bytes] = {}
+        self._labels = [_entry("next_sentence_labels", INT64, [v]) for v in (0, 1)]
+
+    def _check(self, n: int, m: int) -> None:
+        if m > self.pred or n - m > self.seq - self.pred:
+            raise PrepError(f"an instance of {n} tokens with {m} masks does not fit the remask layout "
+                            f"(max_seq_length={self.seq}, max_predictions_per_seq={self.pred})")
 
     def features(self, ids: list[int], len_a: int, positions: list[int], label_ids: list[int],
                  is_random: bool) -> dict[str, list]:
         """The REMASK_INSTANCE features of one instance: `ids` the real tokens after masking (ints)."""
         seq, pred = self.seq, self.pred
         n, m = len(ids), len(positions)
-        rest = n - m
-        if m > pred or rest > seq - pred:
-            raise PrepError(f"an instance of {n} tokens with {m} masks does not fit the remask layout "
-                            f"(max_seq_length={seq}, max_predictions_per_seq={pred})")
+        self._check(n, m)
         masked = set(positions)
         others = [p for p in range(n) if p not in masked]
         segment = [0] * (len_a + 2) + [1] * (n - len_a - 2)
-        gap, tail = pred - m, seq - pred - rest
+        gap, tail = pred - m, seq - pred - (n - m)
         pad_position = self.pad_position
         return {
             "input_ids": [ids[p] for p in positions] + [0] * gap + [ids[p] for p in others] + [0] * tail,
             "input_position": positions + [pad_position] * gap + others + [pad_position] * tail,
             "segment_ids": [segment[p] for p in positions] + [0] * gap + [segment[p] for p in others] + [0] * tail,
             "mask_padding_index": [m],
-            "seq_padding_index": [pred + rest],
+            "seq_padding_index": [pred + n - m],
             "masked_lm_positions": list(positions),
             "masked_labels": list(label_ids) + [0] * gap,
             "masked_lm_ids": list(label_ids) + [0] * gap,
@@ -91,9 +101,52 @@ class RemaskEncoder:
 
     def encode(self, tokens: list[bytes], len_a: int, len_b: int, positions: list[int], labels: list[bytes],
                is_random: bool) -> bytes:
-        id_of = self.id_of
-        return REMASK_INSTANCE.encode(self.features([id_of[t] for t in tokens], len_a, positions,
-                                                    [id_of[t] for t in labels], is_random))
+        n, m = len(tokens), len(positions)
+        self._check(n, m)
+        masked = set(positions)
+        others = [p for p in range(n) if p not in masked]
+        gap, tail = bytes(self.pred - m), bytes(self.seq - self.pred - (n - m))
+        pad = self._pad
+        first_b = len_a + 2  # positions from here on are segment 1
+        masked_in_a = sum(1 for p in positions if p < first_b)
+        listed = b"".join([varint(p) for p in positions])
+        label_ids = b"".join(labels) + gap
+        weights = self._weights.get(m)
+        if weights is None:
+            weights = self._weights[m] = _entry("masked_lm_weights", FLOAT, [1.0] * m + [0.0] * (self.pred - m))
+        body = b"".join((  # the features in name order, as encode_example writes them
+            _int64_entry(b"input_ids", b"".join([tokens[p] for p in positions]) + gap
+                         + b"".join([tokens[p] for p in others]) + tail),
+            _int64_entry(b"input_position", listed + pad * len(gap) + b"".join([varint(p) for p in others])
+                         + pad * len(tail)),
+            _int64_entry(b"mask_padding_index", varint(m)),
+            _int64_entry(b"masked_labels", label_ids),
+            _int64_entry(b"masked_lm_ids", label_ids),
+            _int64_entry(b"masked_lm_positions", listed),
+            weights,
+            self._labels[is_random],
+            _int64_entry(b"segment_ids", b"".join([b"\x01" if p >= first_b else b"\x00" for p in positions]) + gap
+                         + bytes(first_b - masked_in_a) + b"\x01" * (n - m - first_b + masked_in_a) + tail),
+            _int64_entry(b"seq_padding_index", varint(self.pred + n - m)),
+        ))
+        return b"\x0a" + varint(len(body)) + body
+
+
+def _entry(name: str, kind: str, values: list) -> bytes:
+    """The map entry of one feature, cut out of a one-feature Example made by encode_example."""
+    whole = encode_example([(name, kind, values)])
+    n = 1
+    while whole[n] & 0x80:
+        n += 1
+    return whole[n + 1:]
+
+
+def _int64_entry(name: bytes, packed: bytes) -> bytes:
+    """The map entry {name, Feature{int64_list{packed values}}}, as encode_example writes it."""
+    inner = b"\x0a" + varint(len(packed)) + packed if packed else b""
+    feature = b"\x1a" + varint(len(inner)) + inner
+    entry = b"\x0a" + varint(len(name)) + name + b"\x12" + varint(len(feature)) + feature
+    return b"\x0a" + varint(len(entry)) + entry
 
 
 def to_standard(b: dict, max_predictions_per_seq: int, pad_position_value: int | None = None) -> dict:

@@ -67,11 +67,11 @@ def verify(path: str | Path) -> dict:
     if path.is_dir() and not with_manifest and (path / "dataset.json").is_file():
         raise PrepError(f"{path}: dataset.json but no {MANIFEST}: an unfinished dataset (run its task again to "
                         f"finish it)")
+    manifest = check_manifest(path) if with_manifest else None  # checksums first: before any record is read
     records = open_records(path)
     files = records.files
     counts: dict[Path, int] = {}
-    if with_manifest:
-        manifest = check_manifest(path)
+    if manifest is not None:
         listed = {e["path"]: e for e in manifest.get("files", [])}
         for file in files:
             rel = file.relative_to(path).as_posix()
