@@ -116,7 +116,7 @@ def test_a_token_of_id_0_keeps_its_slot():
     seq, pred = 12, 4
     ids = [101, 7, 0, 9, 102, 11, 0, 13, 102]  # [CLS] A(3) [SEP] B(3) [SEP]: a masked 0 at 2, a kept 0 at 6
     positions, labels = [2, 5], [8, 12]
-    encoder = remask.RemaskEncoder([varint(i) for i in range(200)], seq, pred)
+    encoder = remask.RemaskEncoder(seq, pred)
     features = encoder.features(ids, 3, positions, labels, False)
     assert encoder.encode([varint(i) for i in ids], 3, 4, positions, [varint(i) for i in labels], False) == \
         REMASK_INSTANCE.encode(features)
@@ -140,7 +140,7 @@ def test_a_token_of_id_0_keeps_its_slot():
     (lambda f: f["masked_lm_positions"].pop(), "masked_lm_positions differ"),
 ])
 def test_undoing_checks_every_invariant_of_the_layout(change, problem):
-    features = remask.RemaskEncoder([b""], 12, 4).features([101, 7, 8, 102, 11, 12, 102], 2, [1, 4], [5, 6], True)
+    features = remask.RemaskEncoder(12, 4).features([101, 7, 8, 102, 11, 12, 102], 2, [1, 4], [5, 6], True)
     change(features)
     width = max(len(features["masked_lm_positions"]), 1)
     batch = {name: np.array([values if name != "masked_lm_positions" else values + [-1] * (width - len(values))])

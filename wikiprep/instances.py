@@ -648,8 +648,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
         writers_of_outputs = hdf5.HDF5Files(outputs)
     else:
         encoder = (InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq) if layout == remask.STANDARD
-                   else remask.RemaskEncoder(corpus.table, opts.max_seq_length, opts.max_predictions_per_seq,
-                                             pad_position_value))
+                   else remask.RemaskEncoder(opts.max_seq_length, opts.max_predictions_per_seq, pad_position_value))
         writers_of_outputs = record_writers(outputs, indexes)
     # A temporary of the first output: if this process is killed, the next write of that output removes it.
     spill_path = temp_path(outputs[0], "spill")

@@ -61,8 +61,7 @@ class RemaskEncoder:
     without per-value Python work, as `instances.InstanceEncoder` does for the standard layout.
     """
 
-    def __init__(self, table: list[bytes], max_seq_length: int, max_predictions_per_seq: int,
-                 pad_position_value: int = PAD_POSITION_VALUE):
+    def __init__(self, max_seq_length: int, max_predictions_per_seq: int, pad_position_value: int = PAD_POSITION_VALUE):
         self.seq = max_seq_length
         self.pred = max_predictions_per_seq
         self.pad_position = pad_position_value
