@@ -318,6 +318,61 @@ def _link(rel: str, target: str, hard: bool = False) -> Callable[[Path], None]:
     return setup
 
 
+def _made(rel: str, change: Callable[[Path], None] | None = None, remask: bool = False) -> Callable[[Path], None]:
+    """`rel` made from the world's corpus by the library (seq 32, 5 fixed-count masks: an HDF5 file when it is
+    named so, else TFRecords, Graphcore's static mask with `remask`), then damaged by change(path)."""
+    def setup(root: Path) -> None:
+        from wikiprep.instances import write_pretraining_files
+        from wikiprep.options import GenerationOptions
+
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_pretraining_files([str(root / "corpus.txt")], str(root / "vocab.txt"), [path], None,
+                                GenerationOptions(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2,
+                                                  fixed_mask_count=True), layout="remask" if remask else "standard")
+        if change is not None:
+            change(path)
+    return setup
+
+
+def _hdf5_edit(edit: Callable) -> Callable[[Path], None]:
+    def change(path: Path) -> None:
+        import h5py
+
+        with h5py.File(path, "r+") as f:
+            edit(f)
+    return change
+
+
+def _a_zero_inside_the_masked_positions(f) -> None:
+    """The first instance with 3 masks gets a 0 at its second: NVIDIA's reader would end its masks there."""
+    positions = f["masked_lm_positions"][:]
+    row = next(i for i in range(len(positions)) if positions[i, 2])
+    positions[row, 1] = 0
+    f["masked_lm_positions"][:] = positions
+
+
+def _remask_first_record(change: Callable[[dict], None]) -> Callable[[Path], None]:
+    def rewrite(path: Path) -> None:
+        from shardkit.example import decode_example_kinds, encode_example
+        from shardkit.records import read_records, write_records
+
+        records = list(read_records(path))
+        features = {n: values for n, (_, values) in decode_example_kinds(records[0]).items()}
+        change(features)
+        records[0] = encode_example([(n, "float" if n == "masked_lm_weights" else "int64", v)
+                                     for n, v in features.items()])
+        write_records(path, records)
+    return rewrite
+
+
+def _flags(rel: str, text: str) -> Callable[[Path], None]:
+    """A flag file at `rel`, `{root}` in its text expanded."""
+    def setup(root: Path) -> None:
+        (root / rel).write_text(text.replace("{root}", str(root)), encoding="utf-8")
+    return setup
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -413,6 +468,46 @@ CASES: list[Bad] = [
 
     Bad("create-output-is-a-folder", CREATE + ("--output_file={root}/wiki_ds",), "{root}/wiki_ds: is a folder"),
 
+    # --flagfile, as absl reads it; one line naming the file (and line) when it cannot be
+    Bad("create-flagfile-missing", CREATE + ("--output_file={root}/out.tfrecord", "--flagfile={root}/missing.flags"),
+        "--flagfile={root}/missing.flags: no such file"),
+    Bad("create-flagfile-without-a-name", CREATE + ("--output_file={root}/out.tfrecord", "--flagfile"),
+        "--flagfile with no file name"),
+    Bad("create-flagfile-line-not-a-flag", CREATE + ("--output_file={root}/out.tfrecord", "--flagfile={root}/f.flags"),
+        "--flagfile={root}/f.flags, line 2: 'max_seq_length=64' is not a flag",
+        setup=_flags("f.flags", "# sizes\nmax_seq_length=64\n")),
+    Bad("create-nested-flagfile-missing", CREATE + ("--output_file={root}/out.tfrecord", "--flagfile={root}/f.flags"),
+        "--flagfile={root}/gone.flags: no such file", setup=_flags("f.flags", "--flagfile={root}/gone.flags\n")),
+    Bad("create-flagfile-is-a-folder", CREATE + ("--output_file={root}/out.tfrecord", "--flagfile={root}/wiki_ds"),
+        "--flagfile={root}/wiki_ds: a folder, not a file of flags"),
+    Bad("create-flagfile-unknown-flag", CREATE + ("--output_file={root}/out.tfrecord", "--flagfile={root}/f.flags"),
+        "unrecognized arguments: --max_seq=64", setup=_flags("f.flags", "--max_seq=64\n")),
+    # the remask layout: what cannot fit is refused in one line, before the corpus is read
+    Bad("create-remask-without-the-fixed-count", CREATE + ("--output_file={root}/out.tfrecord", "--remask",
+                                                           "--fixed_mask_count=False"),
+        "the remask layout needs fixed_mask_count=True"),
+    Bad("create-remask-whole-word-masking", CREATE + ("--output_file={root}/out.tfrecord", "--remask",
+                                                      "--do_whole_word_mask"),
+        "the remask layout cannot take do_whole_word_mask=True"),
+    Bad("create-remask-predictions-leave-no-room", CREATE + ("--output_file={root}/out.tfrecord", "--remask",
+                                                             "--max_seq_length=16", "--max_predictions_per_seq=14"),
+        "the remask layout cannot fit max_predictions_per_seq=14 in max_seq_length=16"),
+    Bad("create-remask-into-hdf5", CREATE + ("--output_file={root}/out.hdf5", "--remask"),
+        "the remask layout is written as TFRecords"),
+    # HDF5 outputs: a name that cannot be written, an index, a mix of formats
+    Bad("create-hdf5-with-an-index", CREATE + ("--output_file={root}/out.hdf5", "--index_file={root}/out.index"),
+        "index file {root}/out.index: an index lists the records of a TFRecord file; {root}/out.hdf5 is HDF5"),
+    Bad("create-hdf5-and-tfrecord-outputs", CREATE + ("--output_file={root}/a.hdf5,{root}/b.tfrecord",),
+        "one run writes one format"),
+    Bad("create-hdf5-under-a-file", CREATE + ("--output_file={root}/corpus.txt/a.hdf5",),
+        "{root}/corpus.txt is not a folder"),
+    Bad("create-hdf5-is-a-folder", CREATE + ("--output_file={root}/wiki_ds",), "{root}/wiki_ds: is a folder"),
+    Bad("create-hdf5-disk-full", CREATE + ("--output_file={root}/out/a.hdf5", "--dupe_factor=40"),
+        "{root}/out/a.hdf5: cannot write: file too large", file_size_limit=3000, may_add=("out",)),
+    Bad("create-hdf5-is-the-vocab-through-a-symlink", CREATE + ("--output_file={root}/link.h5",),
+        "output file {root}/link.h5 is the same file as the vocab file {root}/vocab.txt",
+        setup=_link("link.h5", "vocab.txt")),
+
     # --- wikiprep verify / inspect / stats
     Bad("verify-changed-byte", ("wikiprep", "verify", "{root}/wiki_ds"), "checksum differs",
         setup=_write("wiki_ds/vocab.txt", "[PAD]\n")),
@@ -437,6 +532,29 @@ CASES: list[Bad] = [
         "record 3: not a tf.train.Example", setup=_bad_record_at("wiki_ds/wiki_00000.tfrecord", 3, b"\x0a\x05hello")),
     Bad("stats-record-with-wrong-shape", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/report"),
         "record 2: feature input_ids has", setup=_bad_record_at("wiki_ds/wiki_00000.tfrecord", 2, _short_instance())),
+    # HDF5 and remask files read back: what breaks the layout is named by file and record
+    Bad("verify-hdf5-not-hdf5", ("wikiprep", "verify", "{root}/fake.hdf5"), "{root}/fake.hdf5: not an HDF5 file",
+        setup=_write("fake.hdf5", "not HDF5\n")),
+    Bad("verify-hdf5-without-a-dataset", ("wikiprep", "verify", "{root}/h5/wiki_00000.hdf5"),
+        "{root}/h5/wiki_00000.hdf5: no masked_lm_ids dataset",
+        setup=_made("h5/wiki_00000.hdf5", _hdf5_edit(lambda f: f.__delitem__("masked_lm_ids")))),
+    Bad("verify-hdf5-a-zero-inside-the-masked-positions", ("wikiprep", "verify", "{root}/h5"),
+        "{root}/h5/wiki_00000.hdf5: batch from record 0: record ", setup=_made(
+            "h5/wiki_00000.hdf5", _hdf5_edit(_a_zero_inside_the_masked_positions))),
+    Bad("stats-hdf5-rows-differ", ("wikiprep", "stats", "{root}/h5", "--out", "{root}/report"),
+        "{root}/h5/wiki_00000.hdf5: dataset next_sentence_labels holds 3 instances",
+        setup=_made("h5/wiki_00000.hdf5", _hdf5_edit(lambda f: (f.__delitem__("next_sentence_labels"),
+                                                                 f.create_dataset("next_sentence_labels",
+                                                                                  data=[0, 1, 0], dtype="i1"))))),
+    Bad("inspect-hdf5-not-hdf5", ("wikiprep", "inspect", "{root}/fake.h5"), "{root}/fake.h5: not an HDF5 file",
+        setup=_write("fake.h5", b"\x89HDF\r\n\x1a\n truncated")),
+    Bad("verify-remask-a-position-twice", ("wikiprep", "verify", "{root}/rm/wiki_00000.tfrecord"),
+        "{root}/rm/wiki_00000.tfrecord: batch from record 0: record 0 of the batch: the slots do not hold each "
+        "position once", setup=_made("rm/wiki_00000.tfrecord", _remask_first_record(
+            lambda f: f["input_position"].__setitem__(1, f["input_position"][0])), remask=True)),
+    Bad("verify-remask-record-without-input-ids", ("wikiprep", "verify", "{root}/rm/wiki_00000.tfrecord"),
+        "record 0: no input_ids feature (not a BERT pre-training, Graphcore static mask record)",
+        setup=_made("rm/wiki_00000.tfrecord", _remask_first_record(lambda f: f.pop("input_ids")), remask=True)),
     Bad("inspect-n-zero", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "-n", "0"),
         "must be at least 1"),
     Bad("inspect-n-negative", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "-n", "-1"),

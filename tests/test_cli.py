@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.example import decode_example
+from wikiprep import hdf5, stats, verify
 from wikiprep.cli import build_parser
 from testkit.instances import encode_features
 from shardkit.manifest import write_manifest
@@ -185,3 +186,93 @@ def test_stats_writes_a_report(dataset, tmp_path):
     assert st["bytes_per_file"]["min"] <= st["bytes_per_file"]["max"]
     assert st["unk_rate"] is not None
     assert "random next" in (out / "report.txt").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# --flagfile, HDF5 and remask outputs, and verify/inspect/stats reading every layout
+
+def test_flagfile_is_read_as_absl_reads_it(fixtures, tmp_path):
+    """Comments and blank lines skipped, a nested flag file expanded in place, later flags win, a cycle ignored
+    with a warning: the same records as the flags given on the command line."""
+    direct = tmp_path / "direct.tfrecord"
+    res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt", f"--vocab_file={VOCAB}",
+                   f"--output_file={direct}", "--random_seed=9", "--dupe_factor=2", "--max_seq_length=64",
+                   "--max_predictions_per_seq=10")
+    assert res.returncode == 0, res.stderr
+    inner, outer = tmp_path / "inner.flags", tmp_path / "outer.flags"
+    inner.write_text(f"// the sizes\n--max_seq_length=64\n--max_predictions_per_seq=12\n--flagfile={outer}\n")
+    outer.write_text(f"# as a script of the original would write it\n\n--input_file={INPUTS}/sample_text.txt\n"
+                     f"  --vocab_file={VOCAB}\n--random_seed=1\n--flagfile={inner}\n--dupe_factor=2\n")
+    via = tmp_path / "via.tfrecord"
+    res = wikiprep("create-pretraining-data", "--random_seed=5", f"--flagfile={outer}", f"--output_file={via}",
+                   "--random_seed=9", "--max_predictions_per_seq=10")
+    assert res.returncode == 0, res.stderr
+    assert "already being read (a cycle); ignored, as absl does" in res.stderr
+    assert via.read_bytes() == direct.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def layouts(fixtures, tmp_path_factory) -> dict[str, Path]:
+    """The same instances (fixed mask count) as standard TFRecords, remask TFRecords and HDF5: three dataset folders
+    with vocab.txt, dataset.json and MANIFEST.json, made by the command line."""
+    root = tmp_path_factory.mktemp("layouts")
+    folders = {}
+    for name, suffix, flags in (("standard", ".tfrecord", ["--fixed_mask_count"]),
+                                ("remask", ".tfrecord", ["--remask"]), ("hdf5", ".hdf5", ["--fixed_mask_count"])):
+        folder = folders[name] = root / name
+        folder.mkdir()
+        shards = [folder / f"wiki_{i:05d}{suffix}" for i in range(2)]
+        indexes = [] if suffix == ".hdf5" else ["--index_file=" + ",".join(str(p.with_suffix(".index"))
+                                                                             for p in shards)]
+        res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt", f"--vocab_file={VOCAB}",
+                       "--output_file=" + ",".join(map(str, shards)), "--random_seed=4", "--dupe_factor=3",
+                       *indexes, *flags)
+        assert res.returncode == 0, res.stderr
+        shutil.copy(VOCAB, folder / "vocab.txt")
+        (folder / "dataset.json").write_text(json.dumps({"max_seq_length": 128, "max_predictions_per_seq": 20}))
+        write_manifest(folder, {p.name: hdf5.count_instances(p) if suffix == ".hdf5" else len(list(read_records(p)))
+                                for p in shards})
+    return folders
+
+
+def test_every_layout_verifies_and_gives_the_same_stats(layouts, tmp_path):
+    """verify and stats read the three folders alike (the library in this process: TensorFlow loads once)."""
+    figures = {}
+    for name, folder in layouts.items():
+        summary = verify.verify(folder)
+        assert (summary["records"], summary["files"], summary["manifest"]) == (42, 2, True)
+        st = stats.dataset_stats(folder)
+        assert st["format"] == ("tfrecord" if name == "standard" else name)
+        figures[name] = {k: st[k] for k in ("records", "tokens", "random_next", "full_length", "masked_tokens",
+                                            "sequence_length_histogram", "masked_count_histogram", "unk_tokens")}
+    assert figures["standard"]["masked_count_histogram"].get("20")  # the fixed count: full sequences get 20
+    assert figures["remask"] == figures["standard"] == figures["hdf5"]
+
+
+def test_verify_takes_a_file_or_a_folder_without_a_manifest(layouts, tmp_path):
+    res = wikiprep("verify", str(layouts["hdf5"] / "wiki_00001.hdf5"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == (f"OK {layouts['hdf5'] / 'wiki_00001.hdf5'}: 21 records in 1 files, "
+                                  f"{(layouts['hdf5'] / 'wiki_00001.hdf5').stat().st_size} bytes, seq 128, "
+                                  "20 predictions (HDF5, NVIDIA's layout); no MANIFEST.json: records checked, "
+                                  "not checksums")
+    loose = tmp_path / "loose"
+    shutil.copytree(layouts["remask"], loose)
+    (loose / "MANIFEST.json").unlink()
+    (loose / "dataset.json").unlink()
+    res = wikiprep("verify", str(loose))
+    assert res.returncode == 0, res.stderr
+    assert "42 records in 2 files" in res.stdout and "(TFRecord, Graphcore static mask); no MANIFEST.json" in res.stdout
+    (loose / "dataset.json").write_text("{}")
+    res = wikiprep("verify", str(loose))
+    assert res.returncode == 1 and "dataset.json but no MANIFEST.json: an unfinished dataset" in res.stderr
+
+
+def test_inspect_shows_hdf5_and_remask_records_with_tokens(layouts):
+    res = wikiprep("inspect", str(layouts["hdf5"] / "wiki_00000.hdf5"), "-n", "2")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("--- instance") == 2
+    assert "input_ids: [CLS] " in res.stdout and "masked_lm_weights" not in res.stdout
+    res = wikiprep("inspect", str(layouts["remask"] / "wiki_00000.tfrecord"), "-n", "1")
+    assert res.returncode == 0, res.stderr
+    assert "input_position: " in res.stdout and "mask_padding_index: " in res.stdout

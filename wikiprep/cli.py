@@ -1,23 +1,28 @@
 """`wikiprep`: BERT pre-training data from the command line.
 
     wikiprep create-pretraining-data --input_file=a.txt,b*.txt --output_file=out.tfrecord --vocab_file=vocab.txt ...
+    wikiprep create-pretraining-data --flagfile=flags.txt
     wikiprep inspect FILE [-n N]
-    wikiprep verify DIR
+    wikiprep verify PATH
     wikiprep stats DIR --out REPORT_DIR
 
 `create-pretraining-data` is a drop-in for google-research/bert's create_pretraining_data.py:
 the same flags, spellings and defaults (absl style: `--flag=value`, `--flag value`, bare
-`--flag` / `--noflag` for booleans), the same instances in the same order. It adds
-`--fixed_mask_count` (Graphcore's mask count) and `--index_file` (an `offset length` index per
-output file). `--input_file` is a comma-separated list of globs, each expanded in sorted order;
-a glob matching nothing is an error (the original silently skipped it). Refused before anything
-is written: flags outside `GenerationOptions.check`'s bounds, an empty name in `--output_file` or
-`--index_file`, and an output or index that is an input, the vocab or another output.
+`--flag` / `--noflag` for booleans, `--flagfile=FILE` files of flags), the same instances in the
+same order. An `--output_file` ending in `.hdf5` or `.h5` holds them in NVIDIA's HDF5 layout, as
+NVIDIA's create_pretraining_data.py writes it. It adds `--fixed_mask_count` (Graphcore's mask
+count), `--remask` (Graphcore's static-mask layout; implies the fixed count) with
+`--pad_position_value`, and `--index_file` (an `offset length` index per output file).
+`--input_file` is a comma-separated list of globs, each expanded in sorted order; a glob
+matching nothing is an error (the original silently skipped it). Refused before anything is
+written: flags outside `GenerationOptions.check`'s bounds, a layout the options cannot fill
+(`instances.check_output_layout`), an empty name in `--output_file` or `--index_file`, and an
+output or index that is an input, the vocab or another output.
 
 `verify` stops at the first problem with one line and exit status 1; `stats` writes
-stats.json and report.txt into REPORT_DIR. Each command is argparse and one call into the library
-(`instances`, `reader`, `verify`, `stats`), run by `shardkit.cli.run`: errors are one line on
-stderr, never a traceback.
+stats.json and report.txt into REPORT_DIR. The three read TFRecords in either layout and HDF5
+files alike. Each command is argparse and one call into the library (`instances`, `reader`,
+`verify`, `stats`), run by `shardkit.cli.run`: errors are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from shardkit.cli import run
-from shardkit.errors import PrepError
+from shardkit.cli import error_line, run
+from shardkit.errors import PrepError, excerpt
 
-from . import instances, reader, stats, verify
+from . import instances, reader, remask, stats, verify
 from .options import GenerationOptions
+from .schema import PAD_POSITION_VALUE
 
 PROG = "wikiprep"
 
@@ -53,10 +59,85 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected True or False, got {text!r}")
 
 
+class _Given(argparse.Action):
+    """Store the value and note the flag as given (`namespace.given`), so a default can be told from a choice."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if values is None or values == [] else values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
+
+
 def _add_bool(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
     parser.add_argument(f"--{name}", type=_parse_bool, nargs="?", const=True, default=default, metavar="BOOL",
-                        help=f"{help_text} (default {default})")
-    parser.add_argument(f"--no{name}", dest=name, action="store_false", help=argparse.SUPPRESS)
+                        action=_Given, help=f"{help_text} (default {default})")
+    parser.add_argument(f"--no{name}", dest=name, nargs=0, const=False, action=_Given, help=argparse.SUPPRESS)
+
+
+# ---------------------------------------------------------------------------------------------
+# --flagfile, as absl reads it (absl/flags/_flagvalues.py, `read_flags_from_files`)
+
+def _flagfile_lines(filename: str, stack: list[str]) -> list[str]:
+    """The flags of one flag file, nested `--flagfile=` lines expanded in place.
+
+    As absl: blank lines and lines starting with `#` or `//` are skipped, every other line is
+    one argument (stripped), a nested flag file's path is taken as written (relative to the
+    working folder, `~` expanded), an empty name is ignored, and a file already being read (a
+    cycle) is skipped with a warning. Unlike absl, a line that is not a flag is refused with its
+    file and line number (absl would hand it to the program as a positional argument, which the
+    original ignores: a typo that silently drops a flag).
+    """
+    if not filename:
+        return []
+    if filename in stack:
+        print(f"{PROG}: warning: --flagfile={filename} is already being read (a cycle); ignored, as absl does",
+              file=sys.stderr)
+        return []
+    try:
+        with open(filename, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        raise PrepError(f"--flagfile={filename}: no such file") from None
+    except IsADirectoryError:
+        raise PrepError(f"--flagfile={filename}: a folder, not a file of flags") from None
+    except UnicodeDecodeError:
+        raise PrepError(f"--flagfile={filename}: not UTF-8 text") from None
+    except OSError as e:
+        raise PrepError(f"--flagfile={filename}: cannot read ({e.strerror})") from None
+    stack.append(filename)
+    flags: list[str] = []
+    for number, line in enumerate(lines, 1):
+        arg = line.strip()
+        if not arg or arg.startswith(("#", "//")):
+            continue
+        if arg.startswith(("--flagfile=", "-flagfile=")):
+            flags += _flagfile_lines(os.path.expanduser(arg.partition("=")[2].strip()), stack)
+        elif not arg.startswith("-"):
+            raise PrepError(f"--flagfile={filename}, line {number}: {excerpt(arg)} is not a flag (--name=value)")
+        else:
+            flags.append(arg)
+    stack.pop()
+    return flags
+
+
+def expand_flagfiles(args: list[str]) -> list[str]:
+    """`args` with every `--flagfile=FILE` (or `--flagfile FILE`, `-flagfile...`) replaced, in place, by the
+    flags FILE holds, so that later flags win as in absl; nothing after `--` is expanded."""
+    out: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("--flagfile", "-flagfile"):
+            if not rest:
+                raise PrepError("--flagfile with no file name")
+            out += _flagfile_lines(os.path.expanduser(rest.pop(0)), [])
+        elif arg.startswith(("--flagfile=", "-flagfile=")):
+            out += _flagfile_lines(os.path.expanduser(arg.partition("=")[2].strip()), [])
+        else:
+            out.append(arg)
+            if arg == "--":
+                out += rest
+                break
+    return out
 
 
 def _at_least_one(text: str) -> int:
@@ -106,17 +187,23 @@ def _create(args: argparse.Namespace) -> None:
     for flag in ("input_file", "output_file", "vocab_file"):
         if not getattr(args, flag):
             raise PrepError(f"--{flag} is required")
-    options = GenerationOptions.from_object(args)
+    # --remask implies Graphcore's fixed mask count; an explicit --fixed_mask_count=False is left to refuse.
+    implied = args.remask and "fixed_mask_count" not in getattr(args, "given", ())
+    options = GenerationOptions.from_object(args, fixed_mask_count=args.fixed_mask_count or implied)
     options.check()  # flags first: before the inputs are globbed and read
     inputs = expand_input_patterns(args.input_file)
     outputs = _split_list("output_file", args.output_file)
     index_files = _split_list("index_file", args.index_file)
     if index_files and len(index_files) != len(outputs):
         raise PrepError(f"--index_file lists {len(index_files)} files for {len(outputs)} --output_file files")
+    layout = remask.REMASK if args.remask else remask.STANDARD
+    instances.check_output_layout(outputs, index_files or [None] * len(outputs), options, layout,
+                                  args.pad_position_value)
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
-    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options)
+    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options,
+                                                layout=layout, pad_position_value=args.pad_position_value)
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)
@@ -145,13 +232,21 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument(f"--{f.name}", type=f.type, default=f.default,
                            help=f"{f.metadata['help']} (default {f.default})")
     c.add_argument("--index_file", help="index file(s) to write, comma-separated, one per output file")
+    c.add_argument("--remask", action="store_true",
+                   help="Graphcore's static-mask layout (masked tokens first), as its --remask writes it; implies "
+                        "--fixed_mask_count")
+    c.add_argument("--pad_position_value", "--pad-position-value", type=int, default=PAD_POSITION_VALUE,
+                   help=f"with --remask, the input_position of an empty slot (default {PAD_POSITION_VALUE})")
+    c.add_argument("--flagfile", metavar="FILE",
+                   help="read flags from FILE, one --flag=value a line, # comments, nested --flagfile (absl's)")
 
-    i = sub.add_parser("inspect", help="print the first records of a TFRecord file, decoded")
+    i = sub.add_parser("inspect", help="print the first records of a TFRecord or HDF5 file, decoded")
     i.add_argument("file")
     i.add_argument("-n", type=_at_least_one, default=3, help="records to show (default 3)")
 
-    v = sub.add_parser("verify", help="check a dataset folder; one line and exit 1 on the first problem")
-    v.add_argument("dir")
+    v = sub.add_parser("verify", help="check a dataset folder, or any record file or folder without a manifest; "
+                                      "one line and exit 1 on the first problem")
+    v.add_argument("path")
 
     s = sub.add_parser("stats", help="counts and histograms of a dataset folder")
     s.add_argument("dir")
@@ -165,10 +260,11 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 def _verify(args: argparse.Namespace) -> None:
-    summary = verify.verify(args.dir)
-    print(f"OK {args.dir}: {summary['records']} records in {summary['files']} files, "
+    summary = verify.verify(args.path)
+    print(f"OK {args.path}: {summary['records']} records in {summary['files']} files, "
           f"{summary['bytes']} bytes, seq {summary['max_seq_length']}, "
-          f"{summary['max_predictions_per_seq']} predictions")
+          f"{summary['max_predictions_per_seq']} predictions ({reader.KIND_NAMES[summary['kind']]})"
+          + ("" if summary["manifest"] else f"; no MANIFEST.json: records checked, not checksums"))
 
 
 def _stats(args: argparse.Namespace) -> None:
@@ -180,6 +276,13 @@ COMMANDS = {"create-pretraining-data": _create, "inspect": _inspect, "verify": _
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["create-pretraining-data"]:
+        try:
+            argv[1:] = expand_flagfiles(argv[1:])
+        except PrepError as e:
+            print(error_line(PROG, e), file=sys.stderr)
+            return 1
     return run(PROG, build_parser(), COMMANDS, argv)
 
 

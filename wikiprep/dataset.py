@@ -8,7 +8,9 @@ Three steps, each a plain function so that a Luigi task can wrap each one (as `i
    is never mixed with this one.
 2. `write_shard` writes `wiki_{i:05d}.tfrecord` and its index from sentence shard i, seeded by
    `shard_seed(seed, i)`: shards are independent, so any number of workers, in any order, give
-   the same bytes.
+   the same bytes. The same call writes `wiki_{i:05d}.hdf5` (NVIDIA's layout) when the output is
+   named so, or Graphcore's static-mask TFRecords with `layout="remask"`: the same instances, in
+   a sibling folder (`folder_name`).
 3. `finalize` adds `vocab.txt` and `stats.json`, then MANIFEST.json, once every shard is written.
 """
 
@@ -21,21 +23,27 @@ from shardkit.atomic import remove_stale_temps, sha256_file, write_bytes, write_
 from shardkit.errors import PrepError
 from shardkit.manifest import write_manifest
 
-from . import instances
+from . import instances, remask
 from .options import GenerationOptions
+from .schema import PAD_POSITION_VALUE
 from .sentences import stable_hash
 from .vocab import check_vocab_file
 
 DESCRIPTION = "dataset.json"
 
 
-def folder_name(options: GenerationOptions) -> str:
-    """'seq128_mask20_dup5': the folder of a dataset within its dump's work folder."""
-    return f"seq{options.max_seq_length}_mask{options.max_predictions_per_seq}_dup{options.dupe_factor}"
+def folder_name(options: GenerationOptions, output_format: str = instances.TFRECORD,
+                layout: str = remask.STANDARD) -> str:
+    """'seq128_mask20_dup5': the folder of a dataset within its dump's work folder; the HDF5 and remask
+    datasets made with the same options are its siblings, '..._hdf5' and '..._remask'."""
+    base = f"seq{options.max_seq_length}_mask{options.max_predictions_per_seq}_dup{options.dupe_factor}"
+    if output_format == instances.HDF5:
+        return base + "_hdf5"
+    return base + ("_remask" if layout == remask.REMASK else "")
 
 
-def shard_name(shard: int) -> str:
-    return f"wiki_{shard:05d}.tfrecord"
+def shard_name(shard: int, output_format: str = instances.TFRECORD) -> str:
+    return f"wiki_{shard:05d}.{'hdf5' if output_format == instances.HDF5 else 'tfrecord'}"
 
 
 def shard_seed(seed: int, shard: int) -> int:
@@ -109,27 +117,33 @@ def claim_folder(folder: str | Path, description: dict) -> None:
 
 
 def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: str | Path, options: GenerationOptions,
-                description: dict) -> dict:
+                description: dict, *, layout: str = remask.STANDARD,
+                pad_position_value: int = PAD_POSITION_VALUE) -> dict:
     """The instances of one sentence shard at `out_path` (+ its `.index`), in the folder `description` claims.
 
-    `options.random_seed` is the shard's own seed (`shard_seed`). Returns the generation stats;
-    a killed run's temporaries of this shard are removed first, nothing is left half-written.
+    `options.random_seed` is the shard's own seed (`shard_seed`). An `out_path` named `.hdf5`
+    (`shard_name(i, "hdf5")`) holds NVIDIA's HDF5 layout and has no index; `layout="remask"`
+    writes Graphcore's static-mask records (which need `options.fixed_mask_count`). Returns the
+    generation stats; a killed run's temporaries of this shard are removed first, nothing is left
+    half-written.
     """
     out_path = Path(out_path)
     options.check()  # before claim_folder writes dataset.json
+    index = None if instances.output_format([out_path]) == instances.HDF5 else str(out_path.with_suffix(".index"))
+    instances.check_output_layout([out_path], [index], options, layout, pad_position_value)
     claim_folder(out_path.parent, description)
     remove_stale_temps(out_path)
-    return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path),
-                                             str(out_path.with_suffix(".index")), options)
+    return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path), index, options,
+                                             layout=layout, pad_position_value=pad_position_value)
 
 
 def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shard_stats: list[dict],
-             sentence_stats: dict) -> dict:
+             sentence_stats: dict, output_format: str = instances.TFRECORD) -> dict:
     """Close a dataset whose shards are all written: vocab.txt, stats.json, then MANIFEST.json (returned).
 
-    `shard_stats[i]` is what `write_shard` returned for shard i; `sentence_stats` holds what
-    `sentences.merge_shard` returned for each sentence shard (`shards`) and the documents dropped by
-    reason (`dropped`, as `sentences.judge_splits` sums them).
+    `shard_stats[i]` is what `write_shard` returned for shard i (`shard_name(i, output_format)`);
+    `sentence_stats` holds what `sentences.merge_shard` returned for each sentence shard (`shards`)
+    and the documents dropped by reason (`dropped`, as `sentences.judge_splits` sums them).
     stats.json holds the totals of every numeric stat, each shard's stats, and the dropped
     documents. PrepError when the folder holds another dataset, or when no shard has an instance.
     """
@@ -138,8 +152,8 @@ def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shar
     write_bytes(folder / "vocab.txt", Path(vocab_path).read_bytes())
     shards, totals, counts = [], {}, {}
     for i, st in enumerate(shard_stats):
-        counts[shard_name(i)] = st["instances"]
-        shards.append({"shard": i, "file": shard_name(i),
+        counts[shard_name(i, output_format)] = st["instances"]
+        shards.append({"shard": i, "file": shard_name(i, output_format),
                        "sentence_documents": sentence_stats["shards"][i]["documents"], **st})
         for k, v in st.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):

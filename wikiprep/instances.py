@@ -24,6 +24,11 @@ final shuffle permutes record offsets.
 
 `fixed_mask_count=True` is Graphcore's variant (a full-length sequence always gets exactly
 `max_predictions_per_seq` masks); it changes how many tokens are masked, not the draw order.
+
+The instances are the same whatever the output: only the encoder of the spill and the copy-out
+differ. TFRecords spill their records (`InstanceEncoder`, or `remask.RemaskEncoder` for
+Graphcore's static-mask layout); NVIDIA's HDF5 spills compact rows (`hdf5.InstanceRows`),
+copied out in blocks of whole chunks.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ from shardkit.errors import PrepError
 from shardkit.example import encode_example, varint
 from shardkit.records import record_writers
 
+from . import hdf5, remask
 from .options import GenerationOptions
-from .schema import BERT_INSTANCE
+from .schema import BERT_INSTANCE, PAD_POSITION_VALUE, PRED, SEQ
 from .tokenization import FullTokenizer, Vocab
 
 _READ_BLOCK = 1 << 22
@@ -575,13 +581,52 @@ def check_output_paths(input_files: Sequence[str], vocab_file: str, output_files
         seen[identity] = f"{role} {path}"
 
 
+TFRECORD, HDF5 = "tfrecord", "hdf5"
+
+
+def output_format(output_files: Sequence[str | os.PathLike]) -> str:
+    """HDF5 when every output name ends in `.hdf5` or `.h5` (as NVIDIA's create_pretraining_data.py decides),
+    TFRecord when none does; PrepError for a mix, since one run spills its instances in one form."""
+    hdf5_names = [os.fspath(p) for p in output_files if hdf5.is_hdf5_path(p)]
+    if not hdf5_names:
+        return TFRECORD
+    if len(hdf5_names) != len(output_files):
+        other = next(os.fspath(p) for p in output_files if not hdf5.is_hdf5_path(p))
+        raise PrepError(f"output files {hdf5_names[0]} (HDF5) and {other} (TFRecord): one run writes one format; "
+                        f"run twice with the same flags for both")
+    return HDF5
+
+
+def check_output_layout(output_files: Sequence[str | os.PathLike], index_files: Sequence[str | os.PathLike | None],
+                        opts: GenerationOptions, layout: str, pad_position_value: int) -> str:
+    """The output format, after refusing what the format, the layout and the options cannot make together."""
+    if layout not in remask.LAYOUTS:
+        raise PrepError(f"layout {layout!r}: expected one of {', '.join(remask.LAYOUTS)}")
+    fmt = output_format(output_files)
+    if fmt == HDF5:
+        if layout == remask.REMASK:
+            raise PrepError(f"output file {os.fspath(output_files[0])}: the remask layout is written as TFRecords "
+                            f"(Graphcore's loader reads those); HDF5 holds NVIDIA's standard layout")
+        listed = [p for p in index_files if p is not None]
+        if listed:
+            raise PrepError(f"index file {os.fspath(listed[0])}: an index lists the records of a TFRecord file; "
+                            f"{os.fspath(output_files[0])} is HDF5 (NVIDIA's layout has no index)")
+    if layout == remask.REMASK:
+        remask.check_fits(opts, pad_position_value)
+    return fmt
+
+
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
-                            index_files: Sequence[str | None] | None, opts: GenerationOptions) -> dict:
+                            index_files: Sequence[str | None] | None, opts: GenerationOptions, *,
+                            layout: str = remask.STANDARD, pad_position_value: int = PAD_POSITION_VALUE) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
-    `index_files[i]` (or None) is the index of `output_files[i]`. The options and paths are checked
-    (`GenerationOptions.check`, `check_output_paths`) before anything is written, and every output
-    and index is committed together (`record_writers`): on any error none of them appears.
+    `index_files[i]` (or None) is the index of `output_files[i]`. Outputs named `.hdf5`/`.h5` get
+    NVIDIA's HDF5 layout (`hdf5`), others TFRecords in `layout`: google-research/bert's (standard)
+    or Graphcore's static mask (`remask`, empty slots at `pad_position_value`). Every format
+    holds the same instances in the same order. The options, the layout and the paths are checked
+    (`GenerationOptions.check`, `check_output_layout`, `check_output_paths`) before anything is
+    written, and every output and index is committed together: on any error none of them appears.
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -590,20 +635,28 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     if len(indexes) != len(outputs):
         raise PrepError(f"{len(indexes)} index files given for {len(outputs)} output files")
     opts.check()
+    fmt = check_output_layout(outputs, indexes, opts, layout, pad_position_value)
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]
     check_output_paths(input_files, vocab_file, outputs, indexes)
     vocab, corpus = prepare(input_files, vocab_file, opts)
     rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
-    encoder = InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq)
+    dims = {SEQ: opts.max_seq_length, PRED: opts.max_predictions_per_seq}
+    if fmt == HDF5:
+        encoder = hdf5.InstanceRows(opts.max_seq_length, opts.max_predictions_per_seq)
+        writers_of_outputs = hdf5.HDF5Files(outputs)
+    else:
+        encoder = (InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq) if layout == remask.STANDARD
+                   else remask.RemaskEncoder(opts.max_seq_length, opts.max_predictions_per_seq, pad_position_value))
+        writers_of_outputs = record_writers(outputs, indexes)
     # A temporary of the first output: if this process is killed, the next write of that output removes it.
     spill_path = temp_path(outputs[0], "spill")
     offsets = array("q", [0])
     try:
         # Every output's and index's temporary is opened first: one that cannot be written fails
         # before the work, and none is committed unless all are complete.
-        with record_writers(outputs, indexes) as writers, open(spill_path, "w+b", buffering=1 << 20) as spill:
+        with writers_of_outputs as writers, open(spill_path, "w+b", buffering=1 << 20) as spill:
             write, encode, offset = spill.write, encoder.encode, offsets.append
             lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next
 
@@ -619,24 +672,46 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
             spill.flush()
             order = array("q", range(len(offsets) - 1))
             rng.shuffle(order)  # draw: shuffle(instances)
-            writes = [w.write for w in writers]
             # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
-            fd, pread, n_out = spill.fileno(), os.pread, len(writes)
-            for k, inst in enumerate(order):
-                start = offsets[inst]
-                writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
+            fd, pread = spill.fileno(), os.pread
+            if fmt == HDF5:
+                _write_hdf5_files(writers, encoder, dims, order, offsets, fd)
+            else:
+                writes = [w.write for w in writers]
+                n_out = len(writes)
+                for k, inst in enumerate(order):
+                    start = offsets[inst]
+                    writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
     finally:
         with contextlib.suppress(FileNotFoundError):
             spill_path.unlink()
     return report
 
 
+def _write_hdf5_files(files: hdf5.HDF5Files, rows: hdf5.InstanceRows, dims: dict[str, int], order: array,
+                      offsets: array, fd: int) -> None:
+    """Instance `order[k]` to output k mod n, a block of whole chunks per output at a time."""
+    n_out, total = len(files.paths), len(order)
+    writers = [files.create(j, len(range(j, total, n_out)), dims) for j in range(n_out)]
+    step = hdf5.chunk_rows(dims) * n_out  # a multiple of n_out: row i of a block goes to output i mod n_out
+    pread = os.pread
+    for start in range(0, total, step):
+        block = rows.block([pread(fd, offsets[inst + 1] - offsets[inst], offsets[inst])
+                            for inst in order[start:start + step]])
+        for j, w in enumerate(writers):
+            w.write({name: values[j::n_out] for name, values in block.items()})
+
+
 def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None,
-                            options: GenerationOptions) -> dict:
-    """All instances of `input_files` in one TFRecord file (+ its `offset length` index); returns stats.
+                            options: GenerationOptions, *, layout: str = remask.STANDARD,
+                            pad_position_value: int = PAD_POSITION_VALUE) -> dict:
+    """All instances of `input_files` in one file (+ its `offset length` index for a TFRecord); returns stats.
 
     The instances, their order and every feature equal those of google-research/bert's
     create_pretraining_data.py run with the same files, vocab, flags and seed (unless
-    `options.fixed_mask_count`). Raises PrepError for bad input; nothing is left half-written.
+    `options.fixed_mask_count`). A `.hdf5`/`.h5` `output_file` holds them in NVIDIA's HDF5 layout;
+    `layout="remask"` writes Graphcore's static-mask TFRecords. Raises PrepError for bad input;
+    nothing is left half-written.
     """
-    return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options)
+    return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options, layout=layout,
+                                   pad_position_value=pad_position_value)

@@ -1,99 +1,248 @@
-"""Reading BERT record files back: finding a folder's shards, their dimensions, parsing and showing records.
+"""Reading BERT record files back, in any of the three layouts: finding them, their dimensions, parsing, showing.
 
-`verify`, `stats` and `inspect` all read through here, so they see the same files, and the first two
-parse them with the same spec: `BERT_INSTANCE.tf_spec(tf, dims)`, the schema of google-research/bert's
-run_pretraining.py.
+`verify`, `stats` and `inspect` all read through here, so they see the same files the same way.
+`open_records` finds a folder's shards (or takes one file) and tells their kind:
+
+- `tfrecord`: google-research/bert's records, parsed by TensorFlow with `BERT_INSTANCE.tf_spec`;
+- `remask`: Graphcore's static-mask records, parsed with `REMASK_INSTANCE.tf_spec`, then
+  rearranged back (`remask.to_standard`, which checks every invariant of the layout);
+- `hdf5`: NVIDIA's HDF5 files, read with h5py (`hdf5.read_batches`).
+
+`batches` gives every kind as the same standard-layout numpy batches, so one set of checks and
+one set of counts serve all three.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from shardkit.errors import PrepError
 from shardkit.example import decode_example
-from shardkit.records import find_files, read_records
-from shardkit.tf import error_text
+from shardkit.records import read_records
+from shardkit.tf import error_text, import_tensorflow
 
-from .schema import BERT_INSTANCE, PRED, SEQ
+from . import hdf5, remask
+from .schema import BERT_INSTANCE, HDF5_DTYPES, PRED, REMASK_INSTANCE, SEQ
 from .tokenization import Vocab
 
 BATCH = 512  # records per tf.io.parse_example call
+TFRECORD, REMASK, HDF5 = "tfrecord", remask.REMASK, "hdf5"
+KIND_NAMES = {TFRECORD: "TFRecord", REMASK: "TFRecord, Graphcore static mask", HDF5: "HDF5, NVIDIA's layout"}
+SCHEMAS = {TFRECORD: BERT_INSTANCE, REMASK: REMASK_INSTANCE}
 
 # The features holding token ids, each with the feature whose non-zero values mark its real (unpadded) entries.
-TOKEN_ID_FEATURES = {"input_ids": "input_mask", "masked_lm_ids": "masked_lm_weights"}
+TOKEN_ID_FEATURES = {"input_ids": "input_mask", "masked_lm_ids": "masked_lm_weights",
+                     "masked_labels": "masked_lm_weights"}
+
+
+@dataclass(frozen=True)
+class RecordFiles:
+    """The record files of a dataset folder (or one file): their kind, dimensions and the folder's description."""
+
+    path: Path                      # what was asked for: a folder or a file
+    kind: str                       # TFRECORD, REMASK or HDF5
+    files: list[Path]
+    dims: dict[str, int]
+    description: dict = field(default_factory=dict)  # the folder's dataset.json, when it has one
+
+
+def _candidates(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """A dataset's `wiki_*` shards with one of `suffixes` or, in a folder without them, every such file; sorted."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
+    shards = [p for p in files if p.name.startswith("wiki_")]
+    return shards or files
 
 
 def find_record_files(folder: str | Path) -> list[Path]:
-    """A dataset's `wiki_*.tfrecord` shards or, in a folder without them, its `*.tfrecord` files; sorted."""
+    """A folder's record files: its `wiki_*.tfrecord` or `wiki_*.hdf5` shards or, in a folder without them, its
+    `*.tfrecord` or `*.hdf5`/`*.h5` files; sorted. PrepError when it holds none, or both formats."""
     folder = Path(folder)
-    return find_files(folder, "wiki_*.tfrecord" if any(folder.glob("wiki_*.tfrecord")) else "*.tfrecord")
+    if not folder.is_dir():
+        raise PrepError(f"{folder}: not a folder")
+    tfrecords = _candidates(folder, (".tfrecord",))
+    hdf5_files = _candidates(folder, hdf5.SUFFIXES)
+    if tfrecords and hdf5_files:
+        raise PrepError(f"{folder}: holds both TFRecord ({tfrecords[0].name}) and HDF5 ({hdf5_files[0].name}) "
+                        f"files; give one file, or a folder of one format")
+    if not tfrecords and not hdf5_files:
+        raise PrepError(f"{folder}: no *.tfrecord, *.hdf5 or *.h5 files")
+    return tfrecords or hdf5_files
 
 
-def dataset_dims(folder: Path, first_file: Path) -> dict[str, int]:
-    """{max_seq_length, max_predictions_per_seq}: from the folder's dataset.json, else from the first record."""
-    description = folder / "dataset.json"
-    if description.is_file():
-        try:
-            d = json.loads(description.read_text(encoding="utf-8"))
-            return {name: int(d[name]) for name in BERT_INSTANCE.dimensions}
-        except (ValueError, KeyError, TypeError):
-            pass  # an unreadable description: the records themselves say
-    for data in read_records(first_file):
-        try:
-            dims = BERT_INSTANCE.dims_of(data)
-        except (ValueError, IndexError):
-            dims = {}
-        if set(dims) != set(BERT_INSTANCE.dimensions):
-            raise PrepError(f"{first_file}: first record is not a BERT pre-training example")
-        return dims
-    raise PrepError(f"{first_file}: no records to infer the feature shapes from")
+def _first_record(path: Path) -> bytes | None:
+    for data in read_records(path):
+        return data
+    return None
 
 
-def parsed_batches(tf, files: list[Path], dims: dict[str, int]) -> Iterator[tuple[Path, dict]]:
-    """(file, numpy feature dict) per batch of BATCH records, parsed by TensorFlow with the BERT schema."""
-    spec = BERT_INSTANCE.tf_spec(tf, dims)
-    for path in files:
-        ds = tf.data.TFRecordDataset(str(path)).batch(BATCH).map(lambda b: tf.io.parse_example(b, spec))
-        try:
-            for batch in ds.as_numpy_iterator():
-                yield path, batch
-        except tf.errors.OpError as e:
-            found = BERT_INSTANCE.first_problem(read_records(path, check_crc=False), dims)
-            what = f"record {found[0]}: {found[1]}" if found else error_text(e)
-            raise PrepError(f"{path}: TensorFlow cannot parse it with the BERT schema "
-                            f"(seq {dims[SEQ]}, {dims[PRED]} predictions): {what}") from None
+def _tfrecord_kind_and_dims(path: Path) -> tuple[str, dict[str, int]]:
+    """(TFRECORD or REMASK, dims) from the first record of `path`."""
+    data = _first_record(path)
+    if data is None:
+        raise PrepError(f"{path}: no records to infer the feature shapes from")
+    try:
+        kind = REMASK if "input_position" in decode_example(data) else TFRECORD
+        dims = SCHEMAS[kind].dims_of(data)
+    except (ValueError, IndexError):
+        kind, dims = TFRECORD, {}
+    if set(dims) != set(BERT_INSTANCE.dimensions):
+        raise PrepError(f"{path}: first record is not a BERT pre-training example")
+    return kind, dims
+
+
+def _description(folder: Path) -> dict:
+    """The folder's dataset.json, or {} when it has none or it cannot be read (the records themselves then say)."""
+    try:
+        d = json.loads((folder / "dataset.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def open_records(path: str | Path) -> RecordFiles:
+    """The record files at `path` (a dataset folder, or one TFRecord or HDF5 file), their kind and dims.
+
+    In a folder, dataset.json's dimensions win over the first record's (a record of other
+    dimensions then fails to parse, naming it); one file is described by itself alone.
+    """
+    path = Path(path)
+    if path.is_dir():
+        files = find_record_files(path)
+        description = _description(path)
+    elif path.is_file():
+        files, description = [path], {}
+    else:
+        raise PrepError(f"{path}: no such file or folder")
+    first = files[0]
+    if hdf5.is_hdf5_path(first):
+        kind, dims = HDF5, hdf5.file_dims(first)
+    else:
+        kind, dims = _tfrecord_kind_and_dims(first)
+    try:
+        dims = {name: int(description[name]) for name in BERT_INSTANCE.dimensions}
+    except (KeyError, TypeError, ValueError):
+        pass  # no dataset.json, or an unreadable one: the records themselves say
+    return RecordFiles(path, kind, files, dims, description)
+
+
+def count_records(records: RecordFiles, path: Path) -> int:
+    """Instances in one file of `records`, without parsing them: HDF5's row count, or the TFRecord framing."""
+    if records.kind == HDF5:
+        return hdf5.count_instances(path)
+    return sum(1 for _ in read_records(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches in the standard layout, from every kind
+
+def _parsed_batches(tf, records: RecordFiles, path: Path, names=None) -> Iterator[dict]:
+    """Batches of one TFRecord file parsed by TensorFlow with its kind's schema (sparse features made dense, -1 pad)."""
+    schema, dims = SCHEMAS[records.kind], records.dims
+    spec = schema.tf_spec(tf, dims, names)
+
+    def parse(batch):
+        parsed = tf.io.parse_example(batch, spec)
+        return {k: tf.sparse.to_dense(v, default_value=-1) if isinstance(v, tf.sparse.SparseTensor) else v
+                for k, v in parsed.items()}
+
+    ds = tf.data.TFRecordDataset(str(path)).batch(BATCH).map(parse)
+    try:
+        yield from ds.as_numpy_iterator()
+    except tf.errors.OpError as e:
+        found = schema.first_problem(read_records(path, check_crc=False), dims)
+        what = f"record {found[0]}: {found[1]}" if found else error_text(e)
+        raise PrepError(f"{path}: TensorFlow cannot parse it with the {schema.name} schema "
+                        f"(seq {dims[SEQ]}, {dims[PRED]} predictions): {what}") from None
+
+
+def batches(records: RecordFiles) -> Iterator[tuple[Path, dict]]:
+    """(file, batch) for every instance of `records`, in file order: standard-layout numpy batches (BERT_INSTANCE's
+    features and shapes, int64 and float32), whatever the kind. PrepError naming the file and record that breaks
+    its layout."""
+    tf = import_tensorflow() if records.kind != HDF5 else None
+    pad_position = records.description.get("pad_position_value")
+    for path in records.files:
+        if records.kind == HDF5:
+            if hdf5.file_dims(path) != records.dims:
+                raise PrepError(f"{path}: seq {hdf5.file_dims(path)[SEQ]}, {hdf5.file_dims(path)[PRED]} predictions; "
+                                f"expected seq {records.dims[SEQ]}, {records.dims[PRED]} predictions")
+            for b in hdf5.read_batches(path, BATCH):
+                yield path, b
+        elif records.kind == REMASK:
+            done = 0
+            for b in _parsed_batches(tf, records, path):
+                try:
+                    yield path, remask.to_standard(b, records.dims[PRED], pad_position)
+                except ValueError as e:
+                    raise PrepError(f"{path}: batch from record {done}: {e}") from None
+                done += len(b["input_ids"])
+        else:
+            for b in _parsed_batches(tf, records, path):
+                yield path, b
+
+
+# ---------------------------------------------------------------------------------------------
+# inspect
+
+def _feature_lines(ex: dict, vocab: Vocab | None) -> Iterator[str]:
+    for name in sorted(ex):
+        values = list(ex[name])
+        if vocab is not None and name in TOKEN_ID_FEATURES:
+            real = ex.get(TOKEN_ID_FEATURES[name])
+            if real is not None and len(real):
+                values = values[:sum(1 for v in real if v)]
+            yield f"{name}: {' '.join(vocab.tokens(values))}"
+        else:
+            yield f"{name}: {' '.join(str(v) for v in values)}"
+
+
+def _hdf5_examples(path: Path, n: int) -> Iterator[tuple[str, dict, list[float]]]:
+    """('instance i', the stored datasets' values) of the first `n` instances, with the weights NVIDIA's reader
+    derives (for trimming the token lists), not shown."""
+    shown = 0
+    for b in hdf5.read_batches(path, min(n, hdf5.READ_ROWS)):
+        for i in range(len(b["input_ids"])):
+            if shown >= n:
+                return
+            ex = {name: [int(v) for v in b[name][i]] for name in HDF5_DTYPES}
+            yield f"instance {shown}", ex, [float(v) for v in b["masked_lm_weights"][i]]
+            shown += 1
 
 
 def describe_records(path: str | Path, n: int) -> Iterator[str]:
-    """The first `n` records of `path` as text lines, a `name: values` line per feature.
-
-    With a vocab.txt beside the file, token ids are shown as tokens, without their padding.
-    """
+    """The first `n` records of `path` (TFRecord in either layout, or HDF5) as text lines, a `name: values` line
+    per feature. With a vocab.txt beside the file, token ids are shown as tokens, without their padding."""
     path = Path(path)
     if not path.is_file():
         raise PrepError(f"{path}: no such record file")
     vocab_path = path.parent / "vocab.txt"
     vocab = Vocab(vocab_path) if vocab_path.is_file() else None
     shown = 0
-    for data in read_records(path):
-        if shown >= n:
-            break
-        try:
-            ex = decode_example(data)
-        except (ValueError, IndexError) as e:
-            raise PrepError(f"{path}: record {shown} is not a tf.train.Example ({e})") from None
-        yield f"--- record {shown} ({len(data)} bytes)"
-        for name in sorted(ex):
-            values = ex[name]
-            if vocab is not None and name in TOKEN_ID_FEATURES:
-                real = ex.get(TOKEN_ID_FEATURES[name])
-                if real:
-                    values = values[:sum(1 for v in real if v)]
-                yield f"{name}: {' '.join(vocab.tokens(values))}"
-            else:
-                yield f"{name}: {' '.join(str(v) for v in values)}"
-        shown += 1
+    if hdf5.is_hdf5_path(path):
+        for what, ex, weights in _hdf5_examples(path, n):
+            yield f"--- {what}"
+            yield from _hdf5_lines(ex, weights, vocab)
+            shown += 1
+    else:
+        for data in read_records(path):
+            if shown >= n:
+                break
+            try:
+                ex = decode_example(data)
+            except (ValueError, IndexError) as e:
+                raise PrepError(f"{path}: record {shown} is not a tf.train.Example ({e})") from None
+            yield f"--- record {shown} ({len(data)} bytes)"
+            yield from _feature_lines(ex, vocab)
+            shown += 1
     if shown == 0:
         yield f"{path}: no records"
+
+
+def _hdf5_lines(ex: dict, weights: list[float], vocab: Vocab | None) -> Iterator[str]:
+    """The stored datasets of one HDF5 instance (masked_lm_weights is not one: it only trims masked_lm_ids)."""
+    for line in _feature_lines({**ex, "masked_lm_weights": weights}, vocab):
+        if not line.startswith("masked_lm_weights:"):
+            yield line

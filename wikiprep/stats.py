@@ -1,6 +1,7 @@
 """Counts and histograms of a folder of BERT records: `dataset_stats`, its text report, and `write_report`.
 
-Every record is parsed by TensorFlow (through `reader`), so the figures describe what a trainer reads.
+Every record is read as a trainer reads it (through `reader.batches`: TensorFlow for TFRecords in
+either layout, h5py for NVIDIA's HDF5 files), so the figures describe what a trainer gets.
 """
 
 from __future__ import annotations
@@ -10,29 +11,27 @@ from pathlib import Path
 
 from shardkit.atomic import write_json, write_text
 from shardkit.errors import PrepError
-from shardkit.tf import import_tensorflow
 
-from .reader import dataset_dims, find_record_files, parsed_batches
+from .reader import KIND_NAMES, batches, open_records
 from .schema import PRED, SEQ
 from .tokenization import UNK, Vocab
 
 
 def dataset_stats(folder: str | Path) -> dict:
-    """Counts and histograms of every record of a folder of BERT TFRecords, parsed by TensorFlow."""
+    """Counts and histograms of every record of a folder of BERT records (or of one record file), in any layout."""
     import numpy as np
 
     folder = Path(folder)
-    files = find_record_files(folder)
-    dims = dataset_dims(folder, files[0])
+    found = open_records(folder)
+    files, dims = found.files, found.dims
     seq, max_pred = dims[SEQ], dims[PRED]
-    vocab_path = folder / "vocab.txt"
+    vocab_path = (folder if folder.is_dir() else folder.parent) / "vocab.txt"
     unk_id = Vocab(vocab_path).unk_id if vocab_path.is_file() else None
-    tf = import_tensorflow()
     lengths = np.zeros(seq + 1, np.int64)
     masked = np.zeros(max_pred + 1, np.int64)
     per_file = {p: 0 for p in files}
     random_next = tokens = unk = 0
-    for path, b in parsed_batches(tf, files, dims):
+    for path, b in batches(found):
         n_real = b["input_mask"].sum(axis=1)
         k = (b["masked_lm_weights"] > 0).sum(axis=1)
         lengths += np.bincount(n_real, minlength=seq + 1)[:seq + 1]
@@ -52,6 +51,7 @@ def dataset_stats(folder: str | Path) -> dict:
     mean = sum(sizes) / len(sizes)
     return {
         "folder": str(folder),
+        "format": found.kind,
         "max_seq_length": seq,
         "max_predictions_per_seq": max_pred,
         "files": [{"file": p.name, "records": per_file[p], "bytes": p.stat().st_size} for p in files],
@@ -96,7 +96,7 @@ def _length_buckets(hist: dict[str, int], seq: int) -> dict[str, int]:
 def stats_report_text(st: dict) -> str:
     b = st["bytes_per_file"]
     lines = [
-        f"BERT dataset {st['folder']}",
+        f"BERT dataset {st['folder']} ({KIND_NAMES[st['format']]})",
         f"records             {st['records']} in {len(st['files'])} files "
         f"(seq {st['max_seq_length']}, {st['max_predictions_per_seq']} predictions)",
         f"tokens              {st['tokens']} (mean length {st['mean_length']:.1f})",

@@ -1,8 +1,10 @@
-"""Checking a finished BERT dataset folder: `verify(folder)` stops at the first problem with one PrepError line.
+"""Checking a finished BERT dataset folder: `verify(path)` stops at the first problem with one PrepError line.
 
 It checks MANIFEST.json checksums and record counts, every index file against its shard, the
-instance total in stats.json, and parses every record with TensorFlow (the BERT schema at the
-folder's dimensions) and checks the invariants every instance of the generator keeps (`check_batch`).
+instance total in stats.json, and reads every record (`reader.batches`: TensorFlow with the
+schema of the folder's layout at its dimensions, or h5py for NVIDIA's HDF5 files) and checks the
+invariants every instance of the generator keeps (`check_batch`, on the standard layout; a
+remask record is first checked and rearranged back by `remask.to_standard`).
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ import json
 from pathlib import Path
 
 from shardkit.errors import PrepError
-from shardkit.manifest import check_manifest
+from shardkit.manifest import MANIFEST, check_manifest
 from shardkit.records import check_index, index_path_for
-from shardkit.tf import import_tensorflow
 
-from .reader import dataset_dims, find_record_files, parsed_batches
+from .reader import HDF5, batches, count_records, open_records
 from .schema import SEQ
 
 
@@ -52,42 +53,56 @@ def check_batch(b: dict, seq: int) -> str | None:
     return None
 
 
-def verify(folder: str | Path) -> dict:
-    """Check a BERT dataset folder (see the module docstring); PrepError naming the first problem.
+def verify(path: str | Path) -> dict:
+    """Check a BERT dataset folder, or record files without a manifest; PrepError naming the first problem.
 
-    Returns a summary: files, records, bytes and the dimensions.
+    A folder with MANIFEST.json gets every check of the module docstring. A record file (TFRecord
+    in either layout, or HDF5), or a folder of them without MANIFEST.json, gets the record checks
+    only (framing and CRCs, the index beside a TFRecord when there is one, parsing, invariants); a
+    folder with dataset.json but no MANIFEST.json is an unfinished dataset and is refused.
+    Returns a summary: files, records, bytes, the dimensions, the kind, and whether a manifest was checked.
     """
-    folder = Path(folder)
-    files = find_record_files(folder)
-    manifest = check_manifest(folder)
-    listed = {e["path"]: e for e in manifest.get("files", [])}
-    counts = {}
-    for path in files:
-        rel = path.relative_to(folder).as_posix()
-        if rel not in listed:
-            raise PrepError(f"{path}: not listed in MANIFEST.json")
-        counts[path] = check_index(path, index_path_for(path))
-        expected = listed[rel].get("records")
-        if expected is not None and expected != counts[path]:
-            raise PrepError(f"{path}: {counts[path]} records but MANIFEST.json says {expected}")
-    total = sum(counts.values())
-    stats_path = folder / "stats.json"
-    if stats_path.is_file():
-        try:
-            declared = json.loads(stats_path.read_text(encoding="utf-8")).get("total", {}).get("instances")
-        except (ValueError, AttributeError):
-            raise PrepError(f"{stats_path}: not valid JSON") from None
-        if declared is not None and declared != total:
-            raise PrepError(f"{stats_path}: says {declared} instances but the shards hold {total}")
-    dims = dataset_dims(folder, files[0])
-    tf = import_tensorflow()
+    path = Path(path)
+    with_manifest = path.is_dir() and (path / MANIFEST).exists()
+    if path.is_dir() and not with_manifest and (path / "dataset.json").is_file():
+        raise PrepError(f"{path}: dataset.json but no {MANIFEST}: an unfinished dataset (run its task again to "
+                        f"finish it)")
+    manifest = check_manifest(path) if with_manifest else None  # checksums first: before any record is read
+    records = open_records(path)
+    files = records.files
+    counts: dict[Path, int] = {}
+    if manifest is not None:
+        listed = {e["path"]: e for e in manifest.get("files", [])}
+        for file in files:
+            rel = file.relative_to(path).as_posix()
+            if rel not in listed:
+                raise PrepError(f"{file}: not listed in {MANIFEST}")
+            counts[file] = count_records(records, file) if records.kind == HDF5 \
+                else check_index(file, index_path_for(file))
+            expected = listed[rel].get("records")
+            if expected is not None and expected != counts[file]:
+                raise PrepError(f"{file}: {counts[file]} records but {MANIFEST} says {expected}")
+        stats_path = path / "stats.json"
+        if stats_path.is_file():
+            try:
+                declared = json.loads(stats_path.read_text(encoding="utf-8")).get("total", {}).get("instances")
+            except (ValueError, AttributeError):
+                raise PrepError(f"{stats_path}: not valid JSON") from None
+            if declared is not None and declared != sum(counts.values()):
+                raise PrepError(f"{stats_path}: says {declared} instances but the shards hold {sum(counts.values())}")
+    elif records.kind != HDF5:
+        for file in files:  # an index is not required here, but one beside its file must match it
+            if index_path_for(file).is_file():
+                counts[file] = check_index(file, index_path_for(file))
     parsed = dict.fromkeys(files, 0)
-    for path, batch in parsed_batches(tf, files, dims):
-        problem = check_batch(batch, dims[SEQ])
+    for file, batch in batches(records):
+        problem = check_batch(batch, records.dims[SEQ])
         if problem:
-            raise PrepError(f"{path}: batch from record {parsed[path]}: {problem}")
-        parsed[path] += len(batch["input_ids"])
-    for path, n in parsed.items():
-        if n != counts[path]:
-            raise PrepError(f"{path}: TensorFlow read {n} records, the index lists {counts[path]}")
-    return {"files": len(files), "records": total, **dims, "bytes": sum(p.stat().st_size for p in files)}
+            raise PrepError(f"{file}: batch from record {parsed[file]}: {problem}")
+        parsed[file] += len(batch["input_ids"])
+    for file, n in parsed.items():
+        if file in counts and n != counts[file]:
+            raise PrepError(f"{file}: {n} records read, the {'file' if records.kind == HDF5 else 'index'} "
+                            f"lists {counts[file]}")
+    return {"files": len(files), "records": sum(parsed.values()), **records.dims, "kind": records.kind,
+            "manifest": with_manifest, "bytes": sum(p.stat().st_size for p in files)}
