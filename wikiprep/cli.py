@@ -116,7 +116,9 @@ def _create(args: argparse.Namespace) -> None:
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
-    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options)
+    # The original overwrites the files it is told to write: so does this command (a Luigi task never does).
+    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options,
+                                                overwrite=True)
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)
@@ -172,7 +174,7 @@ def _verify(args: argparse.Namespace) -> None:
 
 
 def _stats(args: argparse.Namespace) -> None:
-    sys.stdout.write(stats.write_report(args.dir, args.out))
+    sys.stdout.write(stats.write_report(args.dir, args.out, overwrite=True))  # a new report replaces the last
     print(f"wrote {Path(args.out) / 'stats.json'} and {Path(args.out) / 'report.txt'}")
 
 

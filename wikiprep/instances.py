@@ -576,12 +576,15 @@ def check_output_paths(input_files: Sequence[str], vocab_file: str, output_files
 
 
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
-                            index_files: Sequence[str | None] | None, opts: GenerationOptions) -> dict:
+                            index_files: Sequence[str | None] | None, opts: GenerationOptions, *,
+                            overwrite: bool = False) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
     `index_files[i]` (or None) is the index of `output_files[i]`. The options and paths are checked
     (`GenerationOptions.check`, `check_output_paths`) before anything is written, and every output
     and index is committed together (`record_writers`): on any error none of them appears.
+    `overwrite` replaces existing outputs, as the original does (the command line); without it
+    an existing output is never replaced: identical is accepted, different refused (`shardkit.atomic`).
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -603,7 +606,8 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     try:
         # Every output's and index's temporary is opened first: one that cannot be written fails
         # before the work, and none is committed unless all are complete.
-        with record_writers(outputs, indexes) as writers, open(spill_path, "w+b", buffering=1 << 20) as spill:
+        with record_writers(outputs, indexes, overwrite=overwrite) as writers, \
+                open(spill_path, "w+b", buffering=1 << 20) as spill:
             write, encode, offset = spill.write, encoder.encode, offsets.append
             lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next
 
@@ -632,11 +636,12 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
 
 
 def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None,
-                            options: GenerationOptions) -> dict:
+                            options: GenerationOptions, *, overwrite: bool = False) -> dict:
     """All instances of `input_files` in one TFRecord file (+ its `offset length` index); returns stats.
 
     The instances, their order and every feature equal those of google-research/bert's
     create_pretraining_data.py run with the same files, vocab, flags and seed (unless
     `options.fixed_mask_count`). Raises PrepError for bad input; nothing is left half-written.
     """
-    return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options)
+    return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options,
+                                   overwrite=overwrite)
