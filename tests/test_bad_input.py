@@ -18,6 +18,7 @@ the text the error line must contain, and a setup function when the input must b
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -327,6 +328,11 @@ DUMP_PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-ur
                  "{root}/vocab.txt")
 DOWNLOAD = ("luigi", "DownloadDump", "--data-dir", "{root}/data", "--dump-url", "{site}")
 
+# The sample dump's two parts, as extracted files are named, and an extracted part made otherwise.
+FIRST_PART, SECOND_PART = (f"{DEMO_WIKI}-{DEMO_DATE}-pages-articles1.xml-p1p4854",
+                           f"{DEMO_WIKI}-{DEMO_DATE}-pages-articles2.xml-p4855p9768")
+OTHER_EXTRACT = b"{}\n"
+
 PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--wiki", "{wiki}",
             "--dump-date", "{date}")
 
@@ -459,6 +465,14 @@ CASES: list[Bad] = [
                                       "data/*/punkt_*.json", "data/*/split/*/*/*", "data/*/.receipts/*",
                                       "data/*/*/.receipts/*", "data/*/split/*/.receipts/*", "data/*/extracted/.receipts/*"),
         timeout=600),
+
+    # --- luigi: an output already there with other content (an older version's, its receipt lost) is kept
+    Bad("luigi-output-there-with-other-content", DUMP_PRETRAIN + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        f"{{root}}/data/{{wiki}}-{{date}}/extracted/{FIRST_PART}.jsonl: exists with other content than this run's "
+        f"(sha256 {hashlib.sha256(OTHER_EXTRACT).hexdigest()[:16]} there, ",
+        setup=_write(f"data/{DEMO_WIKI}-{DEMO_DATE}/extracted/{FIRST_PART}.jsonl", OTHER_EXTRACT),
+        may_add=("data/downloads/*", f"data/*/extracted/{SECOND_PART}.jsonl",
+                 f"data/*/extracted/.receipts/{SECOND_PART}*")),
 
     # --- luigi: --wiki and --dump-date are folder names, refused unless plain, before anything is written
     Bad("wiki-escapes-data-dir", DUMP_PRETRAIN + ("--wiki", "../../escape", "--dump-date", "{date}"), "--wiki '../../escape'"),
