@@ -166,7 +166,7 @@ def _bad_record_at(shard: str, at: int, payload: bytes) -> Callable[[Path], None
         from shardkit.records import read_records, write_records
         path = root / shard
         records = list(read_records(path))
-        write_records(path, records[:at] + [payload] + records[at:], path.with_suffix(".index"))
+        write_records(path, records[:at] + [payload] + records[at:], path.with_suffix(".index"), overwrite=True)
     return setup
 
 
@@ -212,12 +212,12 @@ def _rewrite_first_record(shard: str, change: Callable[[bytes], bytes]) -> Calla
         folder = root / "imagenet_ds"
         payloads = list(read_records(folder / shard))
         payloads[0] = change(payloads[0])
-        with RecordWriter(folder / shard, folder / "idx" / f"{shard}.idx") as w:
+        with RecordWriter(folder / shard, folder / "idx" / f"{shard}.idx", overwrite=True) as w:  # damaged on purpose
             for data in payloads:
                 w.write(data)
         manifest = json.loads((folder / MANIFEST).read_text())
         counts = {f["path"]: f["records"] for f in manifest["files"] if "records" in f}
-        write_manifest(folder, counts, {k: v for k, v in manifest.items() if k != "files"})
+        write_manifest(folder, counts, {k: v for k, v in manifest.items() if k != "files"}, overwrite=True)
     return setup
 
 
