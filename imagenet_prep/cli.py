@@ -64,7 +64,8 @@ def _convert(args: argparse.Namespace) -> None:
         args.train_dir, args.validation_dir, args.val_labels, args.output_dir, workers=args.workers,
         synsets_file=args.synsets_file, metadata_file=args.metadata_file, bbox_dir=args.bbox_dir,
         train_shards=args.train_shards, validation_shards=args.validation_shards, seed=args.seed,
-        strict=args.strict, verify_decode=args.verify_decode, max_pixels=args.max_pixels)
+        strict=args.strict, verify_decode=args.verify_decode, max_pixels=args.max_pixels,
+        overwrite=True)  # as build_imagenet_data.py does, into a folder check_output_dir found to hold this dataset
     for split, st in manifest["splits"].items():
         print(f"{split}: {st['records']} records in {st['shards']} shards, {st['left_out']} left out, "
               f"{st['converted']} re-encoded")
@@ -89,7 +90,7 @@ def _verify(args: argparse.Namespace) -> None:
 
 
 def _stats(args: argparse.Namespace) -> None:
-    report = stats.stats(args.dir, args.out, args.synsets_file)
+    report = stats.stats(args.dir, args.out, args.synsets_file, overwrite=True)  # a new report replaces the last
     sys.stdout.write(stats.stats_report_text(report))
     print(f"wrote {Path(args.out) / 'stats.json'}, report.txt, class_histogram.png and image_sizes.png")
 

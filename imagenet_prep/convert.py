@@ -426,9 +426,9 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
     return plan
 
 
-def write_plan(plan: dict, path: str | Path) -> None:
-    """Commit the plan as canonical JSON (atomically)."""
-    write_json(path, plan)
+def write_plan(plan: dict, path: str | Path, *, overwrite: bool = False) -> None:
+    """Commit the plan as canonical JSON (atomically; `overwrite` as in `shardkit.atomic`)."""
+    write_json(path, plan, overwrite=overwrite)
 
 
 def read_plan(path: str | Path) -> dict:
@@ -460,8 +460,11 @@ def _split_spec(plan: dict, split: str, index: int) -> dict:
     return spec
 
 
-def write_shard(plan: dict, split: str, index: int, output_dir: str | Path) -> dict:
+def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, overwrite: bool = False) -> dict:
     """Write one shard and its index file atomically; returns its record count and the files left out.
+
+    Without `overwrite` an existing shard or index is never replaced: identical is accepted, different
+    refused (`shardkit.atomic.commit`).
 
     Result (JSON-serializable): split, index, shard (file name), records, planned, left_out
     [{file, reason}], converted [{file, reason}], boxes, annotation_problems [{file, reason}].
@@ -480,7 +483,7 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path) -> d
     boxes_written = 0
     reader = _Reader(spec)
     try:
-        with RecordWriter(output_dir / name, index_path(output_dir, name)) as writer:
+        with RecordWriter(output_dir / name, index_path(output_dir, name), overwrite=overwrite) as writer:
             for i in range(lo, hi):
                 rel = spec["files"][i]
                 label = spec["labels"][i]
@@ -657,8 +660,12 @@ def _shard_names(plan: dict) -> list[str]:
             for i in range(spec["num_shards"])]
 
 
-def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict]) -> dict:
-    """Check every planned shard was written as reported, then write MANIFEST.json; returns it."""
+def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict], *, overwrite: bool = False) -> dict:
+    """Check every planned shard was written as reported, then write MANIFEST.json; returns it.
+
+    Dead writers' temporaries (this host) are removed first; a live writer's is left: a duplicate
+    run may still be writing a shard this one has finished (`shardkit.atomic`).
+    """
     output_dir = Path(output_dir)
     expected = {}
     for split, spec in plan["splits"].items():
@@ -707,7 +714,7 @@ def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict]) -> d
         "ignored": plan.get("ignored", []),
     }
     counts = {name: results[name]["records"] for name in expected}
-    return write_manifest(output_dir, counts, extra)
+    return write_manifest(output_dir, counts, extra, overwrite=overwrite)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -721,12 +728,13 @@ def _init_worker(plan: dict) -> None:
     _WORKER_PLAN = plan
 
 
-def _write_one(job: tuple[str, int, str]) -> dict:
-    split, index, output_dir = job
-    return write_shard(_WORKER_PLAN, split, index, output_dir)
+def _write_one(job: tuple[str, int, str, bool]) -> dict:
+    split, index, output_dir, overwrite = job
+    return write_shard(_WORKER_PLAN, split, index, output_dir, overwrite=overwrite)
 
 
-def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, **plan_args) -> dict:
+def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, overwrite: bool = False,
+                    **plan_args) -> dict:
     """make_plan + every shard (with `workers` processes) + finalize; writes output_dir/.work/plan.json too.
 
     Returns the manifest. The bytes do not depend on `workers`. Everything that can be checked is,
@@ -734,6 +742,8 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
     output_dir holds (check_output_dir). A folder already holding this very dataset, finished and with
     every file at its listed size, is returned as it is: nothing is rewritten. A run that fails
     afterwards (with `strict`, an unreadable image) or is interrupted leaves the folder as it found it.
+    `overwrite` (the command line, as build_imagenet_data.py) replaces shards and MANIFEST.json of an
+    unfinished run of this dataset; without it they are kept when identical and refused when not.
     """
     check_parameters(workers=workers)
     output_dir = Path(output_dir)
@@ -749,11 +759,13 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
         return held
     with _undone_on_failure(output_dir, plan):
         output_dir.mkdir(parents=True, exist_ok=True)
-        write_plan(plan, output_dir / WORK_DIR / PLAN_NAME)
-        jobs = [(split, i, str(output_dir)) for split in SPLITS if split in plan["splits"]
+        # Replaced whatever `overwrite` says: check_output_dir found the folder to hold this very dataset (or
+        # nothing), and the plan records where this run's inputs are, which may have moved since.
+        write_plan(plan, output_dir / WORK_DIR / PLAN_NAME, overwrite=True)
+        jobs = [(split, i, str(output_dir), overwrite) for split in SPLITS if split in plan["splits"]
                 for i in range(plan["splits"][split]["num_shards"])]
         if workers == 1:
-            results = [write_shard(plan, s, i, output_dir) for s, i, _ in jobs]
+            results = [write_shard(plan, s, i, output_dir, overwrite=overwrite) for s, i, _, _ in jobs]
         else:
             import multiprocessing
 
@@ -762,7 +774,7 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
                 # As they finish: the first failure stops the run (map would write every other shard first);
                 # finalize orders the results by shard.
                 results = list(pool.imap_unordered(_write_one, jobs, chunksize=1))
-        return finalize(plan, output_dir, results)
+        return finalize(plan, output_dir, results, overwrite=overwrite)
 
 
 def _intact(output_dir: Path, manifest: dict) -> bool:
@@ -796,11 +808,11 @@ def _undone_on_failure(output_dir: Path, plan: dict):
         yield
     except BaseException:
         for q in outputs:
-            remove_stale_temps(q)  # those of pool workers stopped mid-write
+            remove_stale_temps(q)  # those of pool workers stopped mid-write (dead by now: the pool has joined them)
             if q not in existed:
                 q.unlink(missing_ok=True)
         if old_plan is not None and (not plan_path.is_file() or plan_path.read_bytes() != old_plan):
-            write_bytes(plan_path, old_plan)
+            write_bytes(plan_path, old_plan, overwrite=True)
         for d in reversed(folders):
             with contextlib.suppress(OSError):
                 d.rmdir()  # only when empty: never what someone else put there meanwhile

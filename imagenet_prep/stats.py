@@ -19,8 +19,12 @@ from . import labels
 from .reader import find_shards, iter_parsed
 
 
-def stats(folder: str | Path, out_dir: str | Path, synsets_file=None) -> dict:
-    """Per-split counts, per-class histogram and image sizes -> out_dir/stats.json, report.txt and two PNG charts."""
+def stats(folder: str | Path, out_dir: str | Path, synsets_file=None, *, overwrite: bool = False) -> dict:
+    """Per-split counts, per-class histogram and image sizes -> out_dir/stats.json, report.txt and two PNG charts.
+
+    `overwrite` replaces a report already there (the command line); without it an existing one is
+    kept when identical and refused when not (`shardkit.atomic`).
+    """
     folder, out_dir = Path(folder), Path(out_dir)
     if out_dir.resolve() == folder.resolve():
         raise PrepError(f"--out {out_dir}: choose a report folder other than the dataset itself")
@@ -62,9 +66,9 @@ def stats(folder: str | Path, out_dir: str | Path, synsets_file=None) -> dict:
             "shard_bytes": sum(p.stat().st_size for p in paths),
         }
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "stats.json", report)
-    write_text(out_dir / "report.txt", stats_report_text(report))
-    _plot(out_dir, per_class, dims, len(synsets))
+    write_json(out_dir / "stats.json", report, overwrite=overwrite)
+    write_text(out_dir / "report.txt", stats_report_text(report), overwrite=overwrite)
+    _plot(out_dir, per_class, dims, len(synsets), overwrite)
     return report
 
 
@@ -92,7 +96,8 @@ def _summary(values: list[int]) -> dict:
     return {"min": min(values), "max": max(values), "mean": round(sum(values) / len(values), 2)}
 
 
-def _plot(out_dir: Path, per_class: dict[str, Counter], dims: dict[str, list], num_classes: int) -> None:
+def _plot(out_dir: Path, per_class: dict[str, Counter], dims: dict[str, list], num_classes: int,
+          overwrite: bool) -> None:
     """class_histogram.png (records per class, one panel per split) and image_sizes.png (width against height)."""
     fig = figure(10, 3 * len(per_class))
     for row, (split, counts) in enumerate(per_class.items(), start=1):
@@ -104,7 +109,7 @@ def _plot(out_dir: Path, per_class: dict[str, Counter], dims: dict[str, list], n
         ax.set_xlabel("image/class/label")
         ax.set_ylabel("records")
         ax.grid(True, axis="y", alpha=0.3)
-    write_png(fig, out_dir / "class_histogram.png")
+    write_png(fig, out_dir / "class_histogram.png", overwrite=overwrite)
 
     fig = figure(6, 5)
     ax = fig.add_subplot(1, 1, 1)
@@ -115,4 +120,4 @@ def _plot(out_dir: Path, per_class: dict[str, Counter], dims: dict[str, list], n
     ax.set_title("image sizes")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best")
-    write_png(fig, out_dir / "image_sizes.png")
+    write_png(fig, out_dir / "image_sizes.png", overwrite=overwrite)

@@ -2,7 +2,7 @@
 
 Modules (plain functions and small classes, no Luigi, no TensorFlow at import):
   errors    PrepError, the one exception users see: one line, what is wrong and where
-  atomic    temporary + fsync + rename commits, receipts, stale-temporary cleanup
+  atomic    temporary + fsync + no-clobber rename commits, receipts, dead writers' temporaries removed
   records   TFRecord framing and CRCs, RecordWriter, index files, finding record files
   example   tf.train.Example bytes: deterministic encoder, TensorFlow-free decoder
   schema    Feature / Schema: one declarative table per record type; encoder, tf spec and checks derive from it

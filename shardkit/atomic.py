@@ -1,12 +1,27 @@
-"""Atomic commits of output files.
+"""Atomic, no-clobber commits of output files and folders, and their receipts.
 
-Every output is written to a temporary file in its final folder, flushed and fsynced,
-then renamed into place; a receipt (JSON, in the folder's `.receipts/`) is committed the
-same way, last. A file
-whose receipt exists is complete; a file without one is an interrupted run and is
-rewritten. Temporary files carry the host and pid so two workers never share one, and so
-that the next write of the same file can tell a dead writer's temporary (this host, no
-such process: SIGKILL, a node's crash) from a live one and remove it.
+Every output is written to a temporary in its final folder (`NAME.tmp-HOST-PID`), flushed and
+fsynced, then renamed into place by `commit`, which never replaces what is there: when the path
+already exists (a duplicate run racing this one, such as two `--local-scheduler` runs or two Slurm
+elements doing the same task, or a run killed between its commit and its receipt), an identical
+output (the same sha256; for a folder, the same files with the same sha256) is accepted and our
+temporary discarded, and a different one is a PrepError naming it, left untouched. The receipt
+(JSON, in the folder's `.receipts/`) is committed the same way, last: a file whose receipt exists
+(and matches its size) is complete. Receipts hold only what the output determines (sizes, hashes,
+counts, parameters), never times, hosts or pids, so a duplicate run's receipt is the same bytes.
+
+`overwrite=True` replaces instead. It is an explicit parameter of every writer, never a global:
+the commands a user names an output for, whose original tool overwrites (`wikiprep
+create-pretraining-data --output_file` like google-research/bert's script, `imagenet-prep convert`
+like build_imagenet_data.py, the `stats` reports), and files that mirror something that changes (a
+dump's status), pass it; everything a Luigi task writes is no-clobber.
+
+Temporaries carry the host and pid of their writer, so two writers never share one, and so that
+the next write of the same path (and a task, when it starts: `remove_stale_temps`) can tell a dead
+writer's temporary (this host, no such process: SIGKILL, an OOM kill) from a live one and remove
+it. A live writer's (maybe a racing duplicate) is never removed, and neither is another host's:
+nothing here can tell whether that host's writer still runs. Such a leftover (a node lost mid-write)
+stays until removed by hand; `verify` names it.
 
 A write that fails (a full disk, a folder where the file should be) removes its temporary
 and raises a PrepError naming the file it was writing, never the temporary.
@@ -15,6 +30,7 @@ and raises a PrepError naming the file it was writing, never the temporary.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import glob
 import hashlib
@@ -24,7 +40,7 @@ import re
 import shutil
 import socket
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 from .errors import PrepError
 
@@ -59,10 +75,27 @@ def _writer_is_dead(tmp: Path) -> bool:
     return False
 
 
-def remove_dead_temps(path: str | os.PathLike) -> None:
-    """Remove the temporaries of `path` whose writer died on this host (SIGKILL, a crash, a full disk)."""
+def remove_stale_temps(path: str | os.PathLike) -> None:
+    """Remove the temporaries of `path` (files, folders, spills) whose writer died on this host.
+
+    What a task calls when it starts, and every write before it opens its own temporary. Never a
+    live process's (a duplicate run may be writing the same output right now: its commit is
+    harmless, removing its temporary would fail it) nor another host's (its writer may still run;
+    see the module's docstring). Only `path`'s own: a sibling task may be writing its own beside it.
+    """
     path = Path(path)
     for p in path.parent.glob(f"{glob.escape(path.name)}{_TMP_MARK}*"):
+        if _writer_is_dead(p):
+            _remove(p)
+
+
+def remove_all_stale_temps(folder: str | os.PathLike) -> None:
+    """`remove_stale_temps` for every output of `folder`: the temporaries of dead writers of this host.
+
+    A final step's sweep (after its pool of writers stopped). A live writer's temporary is left even
+    there: a duplicate run may still be writing an output that this one has finished.
+    """
+    for p in Path(folder).glob(f"*{_TMP_MARK}*"):
         if _writer_is_dead(p):
             _remove(p)
 
@@ -119,19 +152,189 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+# ---------------------------------------------------------------------------------------------
+# The no-clobber rename. Each method returns True when it renamed, False when the destination
+# exists (nothing changed), None when this kernel or file system lacks it (then the next is tried).
+
+_AT_FDCWD, _RENAME_NOREPLACE = -100, 1
+_renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)  # glibc 2.28+; not on macOS
+if _renameat2 is not None:
+    _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    _renameat2.restype = ctypes.c_int
+# What renameat2 answers where RENAME_NOREPLACE is not supported: an old kernel (ENOSYS), a file
+# system without it (EINVAL: NFS, some FUSE and cluster file systems).
+_NO_RENAMEAT2 = {errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP}
+# What link answers on a file system without hard links (FAT, some FUSE mounts).
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS}
+
+
+def _renameat2_noreplace(src: Path, dst: Path) -> bool | None:
+    """One atomic step: the kernel renames only if `dst` does not exist, for files and folders alike."""
+    if _renameat2 is None:
+        return None
+    if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        return False
+    if err in _NO_RENAMEAT2:
+        return None
+    raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
+
+
+def _link_noreplace(src: Path, dst: Path) -> bool | None:
+    """For a file: link(2) fails atomically when `dst` exists (NFS included), then the temporary's name
+    goes. A kill between the two leaves the temporary as a second name, removed as a dead writer's."""
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno in _NO_LINKS:
+            return None
+        raise
+    os.unlink(src)
+    return True
+
+
+def _checked_rename(src: Path, dst: Path) -> bool:
+    """rename(2) after a check that `dst` is absent. For a folder, safe on its own terms: rename never
+    replaces a non-empty folder (ENOTEMPTY, EEXIST) nor a file (ENOTDIR), and a non-empty folder is what
+    a racing writer commits (only two empty ones could swap, and they are identical). For a file, the
+    last resort where neither renameat2 nor hard links exist: a file committed by a racer between the
+    check and the rename is replaced, by a duplicate of the same task, unnoticed."""
+    if os.path.lexists(dst):
+        return False
+    try:
+        os.rename(src, dst)
+    except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            return False
+        raise
+    return True
+
+
+# In the order tried. Module attributes so that a test can pin each method and race it.
+_FILE_METHODS: tuple[Callable[[Path, Path], bool | None], ...] = (_renameat2_noreplace, _link_noreplace,
+                                                                 _checked_rename)
+_FOLDER_METHODS: tuple[Callable[[Path, Path], bool | None], ...] = (_renameat2_noreplace, _checked_rename)
+
+
+def _rename_noreplace(src: Path, dst: Path) -> bool:
+    """Rename `src` to `dst` unless `dst` exists; False (and nothing changed) when it does."""
+    for method in _FOLDER_METHODS if src.is_dir() else _FILE_METHODS:
+        done = method(src, dst)
+        if done is not None:
+            return done
+    raise AssertionError("the last method always answers")
+
+
+def _digests(path: Path) -> str | dict[str, str]:
+    """The sha256 of a file; of a folder, {relative path: sha256} of every file below it."""
+    if not path.is_dir():
+        return sha256_file(path)
+    return {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _difference(existing: Path, ours: Path) -> str | None:
+    """None when `existing` holds exactly what our temporary `ours` holds; else what differs, in words.
+
+    This run's differing result is named by its sha256 (beside the existing one's), not kept beside
+    as a rejected copy: the error promises to change nothing, a copy next to a dataset would be
+    caught by the globs its readers use (`train-*`) and by `verify`, and could be as large as the
+    output (a 20 GB shard set); the run is deterministic, so the same command elsewhere (another
+    --data-dir) makes the same bytes again for whoever wants to compare them.
+    """
+    if existing.is_dir() != ours.is_dir():
+        return f"a {'folder' if existing.is_dir() else 'file'} there, a {'folder' if ours.is_dir() else 'file'} " \
+               f"from this run"
+    there, here = _digests(existing), _digests(ours)
+    if there == here:
+        return None
+    if isinstance(there, str):
+        return f"sha256 {there[:16]} there, {here[:16]} from this run"
+    differ = [rel for rel in sorted(set(there) | set(here)) if there.get(rel) != here.get(rel)]
+    rel = differ[0]
+    what = ("only there" if rel not in here else "not there, made by this run" if rel not in there
+            else f"sha256 {there[rel][:16]} there, {here[rel][:16]} from this run")
+    more = f"; {len(differ) - 1} more files differ" if len(differ) > 1 else ""
+    return f"{rel}: {what}{more}"
+
+
+def _clash(path: Path, what: str) -> PrepError:
+    return PrepError(f"{path}: exists with other content than this run's ({what}); left as it is: remove it "
+                     f"to write it again")
+
+
+def _commit(tmp: Path, path: Path, overwrite: bool) -> None:
+    """`commit` without the fsync of the folder (for callers that commit several files of one folder)."""
+    if overwrite:
+        if tmp.is_dir() and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)  # rename replaces only an empty folder
+        os.replace(tmp, path)
+        return
+    if _rename_noreplace(tmp, path):
+        return
+    try:
+        what = _difference(path, tmp)
+    finally:
+        _remove(tmp)
+    if what is not None:
+        raise _clash(path, what)
+
+
+def commit(tmp: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool = False) -> None:
+    """Rename the finished, fsynced temporary `tmp` (a file or a folder) to `path`, then fsync the folder.
+
+    Without `overwrite`, nothing is ever replaced: when `path` exists, an identical one is accepted
+    (our temporary is removed: a duplicate run is harmless) and a different one raises a PrepError
+    naming it and what differs, leaving it untouched. The rename is atomic against a racing writer:
+    renameat2(RENAME_NOREPLACE) where the kernel and file system have it; else link + unlink for a
+    file and rename(2), which never replaces a non-empty folder, for a folder.
+    """
+    tmp, path = Path(tmp), Path(path)
+    _commit(tmp, path, overwrite)
+    fsync_dir(path.parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
 def _open_temp(path: Path, mode: str = "wb", encoding: str | None = None) -> tuple[Path, IO]:
     """The temporary of `path`, opened: its folder made, dead writers' temporaries of it removed."""
     if path.is_dir():
         raise PrepError(f"{path}: is a folder; cannot write a file there")
     make_parent_folder(path)
-    remove_dead_temps(path)
+    remove_stale_temps(path)
     tmp = temp_path(path)
     if "b" not in mode and encoding is None:
         encoding = "utf-8"
     try:
         return tmp, open(tmp, mode, encoding=encoding)
-    except OSError as e:
-        raise write_error(path, e) from e
+    except BaseException as e:
+        # open() may fail after creating the file: SIGTERM (an exception, `shardkit.signals`) can land
+        # while it sets up the text layer, which runs Python code.
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        if isinstance(e, OSError):
+            raise write_error(path, e) from e
+        raise
 
 
 def _discard(opened: list[tuple[Path, IO]]) -> None:
@@ -144,21 +347,15 @@ def _discard(opened: list[tuple[Path, IO]]) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
-    """Open a temporary sibling of `path` for writing; on success fsync and rename it to `path`.
-
-    On any exception (SIGTERM included, once `shardkit.signals` turned it into one) the
-    temporary is removed and `path` is left as it was; an OSError of the write itself (a full
-    disk) becomes a PrepError naming `path`. Dead writers' temporaries of `path` are removed first.
-    """
-    path = Path(path)
+def _atomic_write(path: Path, mode: str, encoding: str | None,
+                  commit_temp: Callable[[Path, Path], None]) -> Iterator[IO]:
     tmp, f = _open_temp(path, mode, encoding)
     try:
         yield f
         f.flush()
         os.fsync(f.fileno())
         f.close()
-        os.replace(tmp, path)
+        commit_temp(tmp, path)
         fsync_dir(path.parent)
     except BaseException as e:
         _discard([(tmp, f)])
@@ -167,28 +364,123 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None
         raise
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    with atomic_write(path, "wb") as f:
+def atomic_write(path: str | os.PathLike, mode: str = "wb", encoding: str | None = None, *,
+                 overwrite: bool = False) -> contextlib.AbstractContextManager[IO]:
+    """Open a temporary sibling of `path` for writing; on success fsync it and `commit` it to `path`.
+
+    On any exception (SIGTERM included, once `shardkit.signals` turned it into one) the
+    temporary is removed and `path` is left as it was; an OSError of the write itself (a full
+    disk) becomes a PrepError naming `path`. Dead writers' temporaries of `path` are removed first.
+    Without `overwrite` an existing `path` is never replaced (`commit`).
+    """
+    return _atomic_write(Path(path), mode, encoding, lambda tmp, dst: _commit(tmp, dst, overwrite))
+
+
+def write_bytes(path: str | os.PathLike, data: bytes, *, overwrite: bool = False) -> None:
+    with atomic_write(path, "wb", overwrite=overwrite) as f:
         f.write(data)
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_write(path, "w") as f:
+def write_text(path: str | os.PathLike, text: str, *, overwrite: bool = False) -> None:
+    with atomic_write(path, "w", overwrite=overwrite) as f:
         f.write(text)
 
 
-def write_json(path: str | os.PathLike, obj) -> None:
+def _json_text(obj) -> str:
     """Canonical JSON (sorted keys, fixed indent, trailing newline) so equal data gives equal bytes."""
-    write_text(path, json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n")
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def write_json(path: str | os.PathLike, obj, *, overwrite: bool = False) -> None:
+    """Canonical JSON (sorted keys, fixed indent, trailing newline) so equal data gives equal bytes."""
+    write_text(path, _json_text(obj), overwrite=overwrite)
 
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[Path]:
+    """Build a folder under a temporary sibling name; on success fsync its files and `commit` it to `path`.
+
+    Without `overwrite` an existing `path` is never replaced: an identical folder is accepted, a
+    different one refused. With it, an existing folder is removed first (not atomically).
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise PrepError(f"{path}: is a file; a folder is written there")
+    make_parent_folder(path)
+    remove_stale_temps(path)
+    tmp = temp_path(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+    except BaseException as e:  # SIGTERM lands right after the mkdir as well as anywhere
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise write_error(path, e) from e
+        raise
+    try:
+        yield tmp
+        for p in sorted(tmp.rglob("*"), reverse=True):  # files before the folders holding them
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(tmp)
+        commit(tmp, path, overwrite=overwrite)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if _is_own_write_error(e, tmp):
+            raise write_error(path, e) from e
+        raise
+
+
+@contextlib.contextmanager
+def atomic_write_together(paths: list[str | os.PathLike], *, overwrite: bool = False
+                          ) -> Iterator[list[IO[bytes]]]:
+    """`atomic_write` for several files that are only valid together (records and their index, the
+    outputs of one run): one binary temporary per path, all opened before the block runs, and committed,
+    in the order given, only once the block has finished and every one is fsynced.
+
+    On any exception before the commits every temporary is removed and every path left as it was,
+    and an OSError of a write becomes a PrepError naming its file, as in `atomic_write`. Without
+    `overwrite`, every path that exists is compared first: when one differs, none is committed;
+    the identical ones are kept as they are. Put last the files readers look for: a commit that fails
+    midway (the path became a folder, a racer committed different content) leaves the earlier ones
+    committed. `paths` must be distinct.
+    """
+    paths = [Path(p) for p in paths]
+    opened: list[tuple[Path, IO[bytes]]] = []
+    try:
+        for path in paths:
+            opened.append(_open_temp(path))
+        yield [f for _, f in opened]
+        for _, f in opened:
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+        pending = []
+        for (tmp, _), path in zip(opened, paths):
+            if not overwrite and os.path.lexists(path):
+                what = _difference(path, tmp)
+                if what is not None:
+                    raise _clash(path, what)
+                tmp.unlink()  # identical: already committed, by a duplicate run or a killed one
+            else:
+                pending.append((tmp, path))
+        for tmp, path in pending:
+            _commit(tmp, path, overwrite)
+    except BaseException as e:
+        _discard(opened)
+        for (tmp, _), path in zip(opened, paths):
+            if _is_own_write_error(e, tmp):  # a full disk (no file name) is put on the first of them
+                raise write_error(path, e) from e
+        raise
+    for folder in dict.fromkeys(path.parent for path in paths):
+        fsync_dir(folder)
+
+
+# ---------------------------------------------------------------------------------------------
+# Receipts
 
 def receipt_path(path: str | os.PathLike) -> Path:
     """`folder/name` -> `folder/.receipts/name.json`."""
@@ -196,15 +488,59 @@ def receipt_path(path: str | os.PathLike) -> Path:
     return path.parent / RECEIPTS_DIR / (path.name + ".json")
 
 
-def write_receipt(path: str | os.PathLike, *, sha256: str | None = None, **info) -> dict:
+def _same_output(a, b: dict) -> bool:
+    """Receipts `a` and `b` describe the same bytes (a file's size and sha256, a folder's files)."""
+    return isinstance(a, dict) and all(a.get(k) == b.get(k) for k in ("size", "sha256", "files"))
+
+
+def _commit_receipt(tmp: Path, rp: Path, receipt: dict, overwrite: bool) -> None:
+    """Commit a receipt no-clobber-or-identical. An existing receipt that describes other bytes than the
+    output now there is stale (that output was removed and made again) and is replaced; one that
+    describes the same bytes but says something else is refused, naming the first difference."""
+    if overwrite:
+        os.replace(tmp, rp)
+        return
+    if _rename_noreplace(tmp, rp):
+        return
+    try:
+        try:
+            held = json.loads(rp.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            held = None
+        if held == receipt:
+            return
+        if not _same_output(held, receipt):
+            os.replace(tmp, rp)
+            return
+        key = next(k for k in sorted(set(held) | set(receipt)) if held.get(k) != receipt.get(k))
+        raise PrepError(f"{rp}: the receipt of {rp.name[:-5]} there says {key} {_short(held.get(key))}, this run's "
+                        f"says {_short(receipt.get(key))}; left as it is: remove it to write it again")
+    finally:
+        _remove(tmp)
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _write_receipt(path: Path, receipt: dict, overwrite: bool) -> dict:
+    rp = receipt_path(path)
+    with _atomic_write(rp, "w", None, lambda tmp, dst: _commit_receipt(tmp, dst, receipt, overwrite)) as f:
+        f.write(_json_text(receipt))
+    return receipt
+
+
+def write_receipt(path: str | os.PathLike, *, sha256: str | None = None, overwrite: bool = False, **info) -> dict:
     """Commit the receipt of an already-committed `path`: its size and sha256 plus `info`.
 
-    Pass `sha256` when it was computed while writing, to spare re-reading a large file.
+    Pass `sha256` when it was computed while writing, to spare re-reading a large file. `info` must
+    be what the output determines: no time, host or pid (a duplicate run's receipt must be the same
+    bytes; see `_commit_receipt`).
     """
     path = Path(path)
     receipt = {"file": path.name, "size": path.stat().st_size, "sha256": sha256 or sha256_file(path), **info}
-    write_json(receipt_path(path), receipt)
-    return receipt
+    return _write_receipt(path, receipt, overwrite)
 
 
 def read_receipt(path: str | os.PathLike) -> dict | None:
@@ -223,81 +559,17 @@ def read_receipt(path: str | os.PathLike) -> dict | None:
     return receipt
 
 
-def _remove(p: Path) -> None:
-    if p.is_dir():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
-
-
-def remove_stale_temps(path: str | os.PathLike) -> None:
-    """Delete the temporaries a killed run left for this one output (never other tasks', never `.part` downloads).
-
-    Only `path`'s own temporaries: a sibling task may be writing its own in the same folder right now.
-    """
-    path = Path(path)
-    for p in path.parent.glob(f"{glob.escape(path.name)}{_TMP_MARK}*"):
-        _remove(p)
-
-
-def remove_all_stale_temps(folder: str | os.PathLike) -> None:
-    """Delete every temporary in `folder`: only once no task can still be writing there (a final step)."""
-    for p in Path(folder).glob(f"*{_TMP_MARK}*"):
-        if p.is_file():
-            _remove(p)
-
-
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Build a folder under a temporary sibling name; on success fsync its files and rename it to `path`.
-
-    An existing `path` without a receipt is a leftover of a killed run and is replaced.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise PrepError(f"{path}: is a file; a folder is written there")
-    make_parent_folder(path)
-    remove_dead_temps(path)
-    tmp = temp_path(path)
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
-    except OSError as e:
-        raise write_error(path, e) from e
-    try:
-        yield tmp
-        for p in sorted(tmp.rglob("*"), reverse=True):  # files before the folders holding them
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(tmp)
-        if path.exists():
-            shutil.rmtree(path)
-        os.rename(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if _is_own_write_error(e, tmp):
-            raise write_error(path, e) from e
-        raise
-
-
 def _files_below(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
                   if p.is_file() and RECEIPTS_DIR not in p.relative_to(folder).parts)
 
 
-def write_dir_receipt(folder: str | os.PathLike, **info) -> dict:
+def write_dir_receipt(folder: str | os.PathLike, *, overwrite: bool = False, **info) -> dict:
     """Commit the receipt of a committed folder: every file's size and sha256, plus `info`."""
     folder = Path(folder)
     files = {rel: {"size": (folder / rel).stat().st_size, "sha256": sha256_file(folder / rel)}
              for rel in _files_below(folder)}
-    receipt = {"folder": folder.name, "files": files, **info}
-    write_json(receipt_path(folder), receipt)
-    return receipt
+    return _write_receipt(folder, {"folder": folder.name, "files": files, **info}, overwrite)
 
 
 def read_dir_receipt(folder: str | os.PathLike) -> dict | None:
@@ -313,36 +585,3 @@ def read_dir_receipt(folder: str | os.PathLike) -> dict | None:
     if any((folder / n).stat().st_size != e["size"] for n, e in receipt["files"].items()):
         return None
     return receipt
-
-
-@contextlib.contextmanager
-def atomic_write_together(paths: list[str | os.PathLike]) -> Iterator[list[IO[bytes]]]:
-    """`atomic_write` for several files that are only valid together (records and their index, the
-    outputs of one run): one binary temporary per path, all opened before the block runs, and renamed
-    into place, in the order given, only once the block has finished and every one is fsynced.
-
-    On any exception before the renames every temporary is removed and every path left as it was,
-    and an OSError of a write becomes a PrepError naming its file, as in `atomic_write`.
-    Put last the files readers look for: a rename that fails midway (the path became a folder) leaves
-    the earlier ones committed. `paths` must be distinct.
-    """
-    paths = [Path(p) for p in paths]
-    opened: list[tuple[Path, IO[bytes]]] = []
-    try:
-        for path in paths:
-            opened.append(_open_temp(path))
-        yield [f for _, f in opened]
-        for _, f in opened:
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
-        for (tmp, _), path in zip(opened, paths):
-            os.replace(tmp, path)
-    except BaseException as e:
-        _discard(opened)
-        for (tmp, _), path in zip(opened, paths):
-            if _is_own_write_error(e, tmp):  # a full disk (no file name) is put on the first of them
-                raise write_error(path, e) from e
-        raise
-    for folder in dict.fromkeys(path.parent for path in paths):
-        fsync_dir(folder)

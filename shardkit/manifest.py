@@ -45,9 +45,10 @@ def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dic
     return manifest
 
 
-def write_manifest(folder: str | Path, record_counts: dict[str, int], extra: dict | None = None) -> dict:
+def write_manifest(folder: str | Path, record_counts: dict[str, int], extra: dict | None = None, *,
+                   overwrite: bool = False) -> dict:
     manifest = build_manifest(folder, record_counts, extra)
-    write_json(Path(folder) / MANIFEST, manifest)
+    write_json(Path(folder) / MANIFEST, manifest, overwrite=overwrite)
     return manifest
 
 

@@ -30,6 +30,6 @@ def png_bytes(fig) -> bytes:
     return buf.getvalue()
 
 
-def write_png(fig, path: str | os.PathLike) -> None:
-    """Commit `fig` as a PNG at `path` (atomically)."""
-    write_bytes(path, png_bytes(fig))
+def write_png(fig, path: str | os.PathLike, *, overwrite: bool = False) -> None:
+    """Commit `fig` as a PNG at `path` (atomically; `overwrite` as in `shardkit.atomic`)."""
+    write_bytes(path, png_bytes(fig), overwrite=overwrite)

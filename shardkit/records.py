@@ -42,18 +42,21 @@ class RecordWriter:
     Use as a context manager: neither file appears unless the block finishes without error, and
     the record file never without its index (both temporaries are opened on entry, so an index
     that cannot be written fails before any record is; the index is renamed into place first).
-    `record_writers` commits several record files together.
+    `record_writers` commits several record files together. Without `overwrite`, existing files
+    are never replaced (`shardkit.atomic.commit`: identical accepted, different refused).
     """
 
-    def __init__(self, path: str | Path, index_path: str | Path | None = None):
+    def __init__(self, path: str | Path, index_path: str | Path | None = None, *, overwrite: bool = False):
         self.path = Path(path)
         self.index_path = Path(index_path) if index_path is not None else None
+        self.overwrite = overwrite
         self.count = 0
         self._offset = 0
         self._f = self._index = None
 
     def __enter__(self) -> "RecordWriter":
-        self._ctx = atomic_write_together(([self.index_path] if self.index_path is not None else []) + [self.path])
+        self._ctx = atomic_write_together(([self.index_path] if self.index_path is not None else []) + [self.path],
+                                          overwrite=self.overwrite)
         *index, self._f = self._ctx.__enter__()
         self._index = index[0] if index else None
         return self
@@ -72,8 +75,8 @@ class RecordWriter:
 
 
 @contextlib.contextmanager
-def record_writers(paths: Sequence[str | Path],
-                   index_paths: Sequence[str | Path | None]) -> Iterator[list[RecordWriter]]:
+def record_writers(paths: Sequence[str | Path], index_paths: Sequence[str | Path | None], *,
+                   overwrite: bool = False) -> Iterator[list[RecordWriter]]:
     """A RecordWriter per path (`index_paths[i]` its index, or None), all committed together.
 
     No record or index file appears unless the block finishes without error; every temporary is
@@ -81,7 +84,8 @@ def record_writers(paths: Sequence[str | Path],
     """
     writers = [RecordWriter(p, i) for p, i in zip(paths, index_paths, strict=True)]
     indexed = [w for w in writers if w.index_path is not None]
-    with atomic_write_together([w.index_path for w in indexed] + [w.path for w in writers]) as files:
+    with atomic_write_together([w.index_path for w in indexed] + [w.path for w in writers],
+                               overwrite=overwrite) as files:
         for w, f in zip(indexed, files):
             w._index = f
         for w, f in zip(writers, files[len(indexed):]):
@@ -89,9 +93,10 @@ def record_writers(paths: Sequence[str | Path],
         yield writers
 
 
-def write_records(path: str | Path, payloads: Iterable[bytes], index_path: str | Path | None = None) -> int:
+def write_records(path: str | Path, payloads: Iterable[bytes], index_path: str | Path | None = None, *,
+                  overwrite: bool = False) -> int:
     """Write every payload as one record; returns the record count."""
-    with RecordWriter(path, index_path) as w:
+    with RecordWriter(path, index_path, overwrite=overwrite) as w:
         for data in payloads:
             w.write(data)
     return w.count

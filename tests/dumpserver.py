@@ -23,10 +23,14 @@ Faults, per URL path, each applying to the next `times` requests (None = every r
   short body), as a mirror that moved files, or a hostile one, does.
 - "endless", byte=b"\0": answer 200, chunked, with that byte repeated until the client hangs up
   (a body with no end, as a misconfigured server streaming a device would send).
+- "barrier", barrier=threading.Barrier(N), seconds=S: hold the answer until N requests wait at
+  the barrier (at most S seconds, then answer anyway): N clients that started at different times
+  go on together (two runs racing for the same outputs, from a known point).
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import hashlib
 import re
@@ -111,6 +115,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, path: str, faults: list[Fault], seen: Seen) -> None:
         kinds = {f.kind: f for f in faults}
+        if "barrier" in kinds:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                kinds["barrier"].params["barrier"].wait(timeout=kinds["barrier"].params.get("seconds", 60))
         if "redirect" in kinds:
             f = kinds["redirect"]
             self._send(seen, f.params.get("code", 302), b"moved\n",

@@ -18,6 +18,7 @@ the text the error line must contain, and a setup function when the input must b
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -165,7 +166,7 @@ def _bad_record_at(shard: str, at: int, payload: bytes) -> Callable[[Path], None
         from shardkit.records import read_records, write_records
         path = root / shard
         records = list(read_records(path))
-        write_records(path, records[:at] + [payload] + records[at:], path.with_suffix(".index"))
+        write_records(path, records[:at] + [payload] + records[at:], path.with_suffix(".index"), overwrite=True)
     return setup
 
 
@@ -211,12 +212,12 @@ def _rewrite_first_record(shard: str, change: Callable[[bytes], bytes]) -> Calla
         folder = root / "imagenet_ds"
         payloads = list(read_records(folder / shard))
         payloads[0] = change(payloads[0])
-        with RecordWriter(folder / shard, folder / "idx" / f"{shard}.idx") as w:
+        with RecordWriter(folder / shard, folder / "idx" / f"{shard}.idx", overwrite=True) as w:  # damaged on purpose
             for data in payloads:
                 w.write(data)
         manifest = json.loads((folder / MANIFEST).read_text())
         counts = {f["path"]: f["records"] for f in manifest["files"] if "records" in f}
-        write_manifest(folder, counts, {k: v for k, v in manifest.items() if k != "files"})
+        write_manifest(folder, counts, {k: v for k, v in manifest.items() if k != "files"}, overwrite=True)
     return setup
 
 
@@ -381,6 +382,11 @@ CREATE = ("wikiprep", "create-pretraining-data", "--input_file={root}/corpus.txt
 DUMP_PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--vocab-file",
                  "{root}/vocab.txt")
 DOWNLOAD = ("luigi", "DownloadDump", "--data-dir", "{root}/data", "--dump-url", "{site}")
+
+# The sample dump's two parts, as extracted files are named, and an extracted part made otherwise.
+FIRST_PART, SECOND_PART = (f"{DEMO_WIKI}-{DEMO_DATE}-pages-articles1.xml-p1p4854",
+                           f"{DEMO_WIKI}-{DEMO_DATE}-pages-articles2.xml-p4855p9768")
+OTHER_EXTRACT = b"{}\n"
 
 PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--wiki", "{wiki}",
             "--dump-date", "{date}")
@@ -577,6 +583,14 @@ CASES: list[Bad] = [
                                       "data/*/punkt_*.json", "data/*/split/*/*/*", "data/*/.receipts/*",
                                       "data/*/*/.receipts/*", "data/*/split/*/.receipts/*", "data/*/extracted/.receipts/*"),
         timeout=600),
+
+    # --- luigi: an output already there with other content (an older version's, its receipt lost) is kept
+    Bad("luigi-output-there-with-other-content", DUMP_PRETRAIN + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        f"{{root}}/data/{{wiki}}-{{date}}/extracted/{FIRST_PART}.jsonl: exists with other content than this run's "
+        f"(sha256 {hashlib.sha256(OTHER_EXTRACT).hexdigest()[:16]} there, ",
+        setup=_write(f"data/{DEMO_WIKI}-{DEMO_DATE}/extracted/{FIRST_PART}.jsonl", OTHER_EXTRACT),
+        may_add=("data/downloads/*", f"data/*/extracted/{SECOND_PART}.jsonl",
+                 f"data/*/extracted/.receipts/{SECOND_PART}*")),
 
     # --- luigi: --wiki and --dump-date are folder names, refused unless plain, before anything is written
     Bad("wiki-escapes-data-dir", DUMP_PRETRAIN + ("--wiki", "../../escape", "--dump-date", "{date}"), "--wiki '../../escape'"),

@@ -158,8 +158,8 @@ def test_verify_parses_records_and_finds_a_bad_label(dataset, tmp_path):
     records[3]["next_sentence_labels"] = [2]
     write_records(shard, [encode_example([(k, FLOAT if k == "masked_lm_weights" else INT64, v)
                                           for k, v in ex.items()]) for ex in records],
-                  shard.with_suffix(".index"))
-    write_manifest(copy, {"wiki_00000.tfrecord": 30, "wiki_00001.tfrecord": 30})
+                  shard.with_suffix(".index"), overwrite=True)  # a bad label, on purpose
+    write_manifest(copy, {"wiki_00000.tfrecord": 30, "wiki_00001.tfrecord": 30}, overwrite=True)
     res = wikiprep("verify", str(copy))
     assert res.returncode == 1
     lines = res.stderr.strip().splitlines()

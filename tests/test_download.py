@@ -6,6 +6,7 @@ import bz2
 import email.utils
 import hashlib
 import json
+import multiprocessing
 import random
 import re
 import time
@@ -429,6 +430,36 @@ def test_final_file_without_receipt_is_verified_not_refetched(site):
     (dest / SPLIT[1]).write_bytes(b"half")  # a wrong file under the final name is replaced
     fetch_part(srv.url, WIKI, DATE, parts[SPLIT[1]], dest, **FAST)
     assert_clean(dest, SPLIT[1], files[SPLIT[1]])
+
+
+def _fetch_in_a_process(queue, url, part, dest) -> None:
+    queue.put(fetch_part(url, WIKI, DATE, part, dest, **FAST))
+
+
+def test_two_processes_fetching_one_file_take_turns(site):
+    """A duplicate run's fetch of the same file waits for the first (a flock on <name>.part.lock), then finds
+    it committed: one transfer, never two writers in one .part."""
+    srv, files, dest = site
+    part = _status_and_parts(srv, dest)[BIG]
+    srv.add_fault(url_path(BIG), "stall", after=50_000, seconds=1.5)  # the first transfer is slow
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    first = ctx.Process(target=_fetch_in_a_process, args=(queue, srv.url, part, dest))
+    first.start()
+    deadline = time.monotonic() + 30
+    while not srv.log_for(url_path(BIG)):  # the first is transferring, holding the lock
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    second = ctx.Process(target=_fetch_in_a_process, args=(queue, srv.url, part, dest))
+    second.start()
+    receipts = [queue.get(timeout=60), queue.get(timeout=60)]
+    for proc in (first, second):
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    assert receipts[0] == receipts[1] == read_receipt(dest / BIG)
+    assert len(srv.log_for(url_path(BIG))) == 1, "the second process fetched the file again"
+    assert_clean(dest, BIG, files[BIG])
+    assert not list(dest.glob("*.lock"))
 
 
 def test_user_agent_names_project_version_and_contact(site, monkeypatch):

@@ -72,7 +72,7 @@ def _rewrite_record(folder: Path, shard: str, change) -> None:
     ex = tf.train.Example.FromString(payloads[0])
     change(ex.features.feature)
     payloads[0] = ex.SerializeToString(deterministic=True)
-    with RecordWriter(path, convert.index_path(folder, shard)) as w:
+    with RecordWriter(path, convert.index_path(folder, shard), overwrite=True) as w:  # damaged on purpose
         for p in payloads:
             w.write(p)
     manifest = json.loads((folder / MANIFEST).read_text())

@@ -257,10 +257,10 @@ def test_a_failed_run_leaves_a_folder_as_it_found_it(small_tree, tmp_path, monke
     real_write_shard = convert.write_shard
 
     def failing_at(index: int, error: BaseException):
-        def write_shard(plan, split, i, output_dir):
+        def write_shard(plan, split, i, output_dir, **kw):
             if (split, i) == ("train", index):
                 raise error
-            return real_write_shard(plan, split, i, output_dir)
+            return real_write_shard(plan, split, i, output_dir, **kw)
         return write_shard
 
     args = (tree["train_dir"], tree["validation_dir"], tree["val_labels"])

@@ -255,7 +255,8 @@ def test_memory_is_linear_in_the_sequence_length(tmp_path):
     _long_documents(text, vocab, docs=4)
     peaks = {}
     for seq in (2000, 20000):
-        res = subprocess.run([sys.executable, "-c", MEMORY_RUN, str(text), str(vocab), str(tmp_path / "o.tfrecord"),
+        out = tmp_path / f"o{seq}.tfrecord"
+        res = subprocess.run([sys.executable, "-c", MEMORY_RUN, str(text), str(vocab), str(out),
                               str(seq)], capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-2000:]
         peak, lengths = map(int, res.stdout.split())

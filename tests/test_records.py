@@ -119,10 +119,20 @@ def test_record_writers_commit_every_file_or_none(tmp_path):
             raise RuntimeError("killed after every record was written")
     assert sorted(os.listdir(tmp_path)) == ["plain_file", "x1.tfrecord"]
     assert paths[1].read_bytes() == b"an older good file"
-    with records.record_writers(paths, [tmp_path / "x0.index", None, tmp_path / "x2.index"]) as writers:
+
+    def write(writers):
         for n, w in enumerate(writers):
             for k in range(n + 1):
                 w.write(b"r" * k)
+
+    # Never replaced unless asked: x1 differs, so none is committed (not x0, whose turn came first).
+    with pytest.raises(PrepError, match=f"{paths[1]}: exists with other content than this run's"):
+        with records.record_writers(paths, [tmp_path / "x0.index", None, tmp_path / "x2.index"]) as writers:
+            write(writers)
+    assert sorted(os.listdir(tmp_path)) == ["plain_file", "x1.tfrecord"]
+    assert paths[1].read_bytes() == b"an older good file"
+    with records.record_writers(paths, [tmp_path / "x0.index", None, tmp_path / "x2.index"], overwrite=True) as writers:
+        write(writers)
     assert [len(list(records.read_records(p))) for p in paths] == [1, 2, 3]
     assert records.check_index(paths[2], tmp_path / "x2.index") == 3 and not (tmp_path / "x1.index").exists()
     assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]

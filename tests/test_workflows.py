@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -121,18 +122,21 @@ def test_rerun_after_losing_outputs_gives_identical_files(demo, tmp_path):
     shutil.copytree(demo / "data", data)
     dataset = data / f"{DEMO_WIKI}-{DEMO_DATE}" / "seq128_mask20_dup5"
     before = (dataset / "MANIFEST.json").read_bytes()
-    # A killed run: one shard's file half-written without a receipt, the manifest gone, a temp file left.
-    shard = dataset / "wiki_00002.tfrecord"
-    shard.write_bytes(shard.read_bytes()[:1000])
+    # A run killed between a shard's commit and its receipt, before the manifest, beside a writer of this
+    # host that died mid-write and a temporary of another host (whose writer may still run: left alone).
     (dataset / ".receipts" / "wiki_00002.tfrecord.json").unlink()
     (dataset / ".receipts" / "MANIFEST.json.json").unlink()
     (dataset / "MANIFEST.json").unlink()
-    (dataset / "wiki_00002.tfrecord.tmp-host-1").write_bytes(b"junk")
+    dead_pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                                  text=True).stdout)
+    (dataset / f"wiki_00002.tfrecord.tmp-{socket.gethostname()}-{dead_pid}").write_bytes(b"junk")
+    (dataset / "wiki_00002.tfrecord.tmp-node17-1").write_bytes(b"junk")
     r = run_luigi(*pretrain_args(demo, data, workers=2))
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "PretrainShard" in r.stderr + r.stdout  # the lost shard ran again; the rest were complete
+    assert "PretrainShard" in r.stderr + r.stdout  # ran again: its file found identical
     assert (dataset / "MANIFEST.json").read_bytes() == before
-    assert not list(dataset.glob("*.tmp-*"))
+    assert (dataset / ".receipts" / "wiki_00002.tfrecord.json").is_file()
+    assert [p.name for p in dataset.glob("*.tmp-*")] == ["wiki_00002.tfrecord.tmp-node17-1"]
 
 
 @pytest.mark.parametrize("change, expected", [

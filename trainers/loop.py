@@ -26,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # set before the trainers im
 METRICS_FILE = "metrics.csv"
 PLOT_FILE = "loss.png"
 SUMMARY_WINDOW = 10  # first/last loss are means over this many steps: one step's loss is noisy
+TIMINGS = ("first_step_seconds", "seconds_per_step")  # the keys of a result that differ from run to run
 
 
 def write_metrics(out_dir: str | os.PathLike, rows: Sequence[dict], columns: Sequence[str],

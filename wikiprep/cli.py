@@ -202,8 +202,10 @@ def _create(args: argparse.Namespace) -> None:
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
+    # The original overwrites the files it is told to write: so does this command (a Luigi task never does).
     written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options,
-                                                layout=layout, pad_position_value=args.pad_position_value)
+                                                layout=layout, pad_position_value=args.pad_position_value,
+                                                overwrite=True)
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)
@@ -268,7 +270,7 @@ def _verify(args: argparse.Namespace) -> None:
 
 
 def _stats(args: argparse.Namespace) -> None:
-    sys.stdout.write(stats.write_report(args.dir, args.out))
+    sys.stdout.write(stats.write_report(args.dir, args.out, overwrite=True))  # a new report replaces the last
     print(f"wrote {Path(args.out) / 'stats.json'} and {Path(args.out) / 'report.txt'}")
 
 

@@ -18,7 +18,9 @@ The three steps, each usable on its own (the Luigi tasks in ``workflows/`` call 
    ``Range``/``If-Range``, retrying 429/5xx/connection errors/timeouts with back-off, never
    accepting an HTML error page, and verifying size and sha1 (or md5) before it renames the
    file into place and commits its receipt (``shardkit.atomic``). A file with a valid receipt
-   is not fetched again.
+   is not fetched again. The ``.part`` file is resumed across runs, so two runs fetching the
+   same file at once (two ``--local-scheduler`` runs, two Slurm jobs) take turns: the second
+   waits on a lock (``<name>.part.lock``, ``flock``) and finds the file committed.
 
 What a server sends is not trusted:
 
@@ -59,6 +61,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import email.utils
+import errno
+import fcntl
 import hashlib
 import io
 import json
@@ -79,7 +83,7 @@ import requests.structures
 import urllib3
 
 from wikiprep import __version__
-from shardkit.atomic import fsync_dir, read_receipt, receipt_path, write_bytes, write_json, write_receipt
+from shardkit.atomic import commit, read_receipt, receipt_path, write_bytes, write_json, write_receipt
 from shardkit.errors import PrepError, excerpt
 
 log = logging.getLogger(__name__)
@@ -91,6 +95,7 @@ HASH_TYPES = ("sha1", "md5")  # preference order; dumps publish both
 BZ2_MAGIC = b"BZh"
 PART_SUFFIX = ".part"
 SIDECAR_SUFFIX = ".part.json"  # the validator (ETag / Last-Modified) that If-Range sends back
+LOCK_SUFFIX = ".part.lock"  # held while one process fetches the file (see `_fetch_lock`)
 
 # Articles jobs (operations-dumps xmldumps-backup/dumps/dumpitemlist.py): the split job first,
 # its recombined single file when the split job lists no files.
@@ -510,7 +515,8 @@ def fetch_dump_status(
 
     Each file is checked (`parse_status`, `parse_sums`) before anything is written, then
     committed atomically with a receipt naming its URL. Checksum files the server does not have
-    are removed locally, so the folder always mirrors one fetch.
+    are removed locally, so the folder always mirrors one fetch: these copies are replaced
+    (`overwrite`), unlike every other output, since a dump's status changes until it is done.
     """
     check_dump_id(wiki, date)
     dest_dir = Path(dest_dir)
@@ -537,15 +543,15 @@ def fetch_dump_status(
     for name in _sums_names(wiki, date).values():
         path = dest_dir / name
         if name in sums:
-            write_bytes(path, sums[name][1])
-            write_receipt(path, url=sums[name][0])
+            write_bytes(path, sums[name][1], overwrite=True)
+            write_receipt(path, url=sums[name][0], overwrite=True)
         else:
             for p in (receipt_path(path), path):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
     path = dest_dir / STATUS_FILE
-    write_bytes(path, body)
-    write_receipt(path, url=url)
+    write_bytes(path, body, overwrite=True)
+    write_receipt(path, url=url, overwrite=True)
     return path
 
 
@@ -837,7 +843,7 @@ def _transfer(session, url: str, part: Part, partfile: Path, sidecar: Path, *, r
                     mode = "ab"
                 with open(partfile, mode) as f:
                     if code == 200:
-                        write_json(sidecar, {"url": url, "validator": _validator(resp)})
+                        write_json(sidecar, {"url": url, "validator": _validator(resp)}, overwrite=True)
                         validator = _validator(resp)
                         bar.update(0)
                     head = b""
@@ -874,6 +880,52 @@ def _transfer(session, url: str, part: Part, partfile: Path, sidecar: Path, *, r
             raise PrepError(f"giving up on {part.name} from {url} after {retries} retries: {last}")
         log.info("%s: %s; retry %d of %d from byte %d", part.name, last, failures, retries, have)
         backoff.sleep(retry_after)
+
+
+@contextlib.contextmanager
+def _fetch_lock(lock_path: Path):
+    """Hold an exclusive `flock` on `lock_path` while one file is fetched.
+
+    The `.part` file is shared on purpose (a later run resumes it), so two processes fetching the
+    same file at once (a duplicate run, two Slurm jobs) must not both write into it: the second
+    waits here, then finds the file committed. The kernel releases a flock when its holder dies
+    (on NFS, when the client's lease ends), so a killed fetcher blocks nobody. The holder removes the
+    lock file when done; a waiter that wakes up holding the removed file locks the new one instead.
+    On a file system without locks (ENOLCK, EOPNOTSUPP: some Lustre mounts) the fetch goes on
+    unlocked; the no-clobber commit of the verified file still keeps either copy whole.
+    """
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("%s: another process is fetching it; waiting for it", lock_path.name[:-len(LOCK_SUFFIX)])
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            fd = None
+            break
+        except BaseException:  # SIGTERM while waiting
+            os.close(fd)
+            raise
+        try:
+            held = os.fstat(fd)
+            now = os.stat(lock_path)
+            if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                lock_path.unlink()
+            os.close(fd)
 
 
 def fetch_part(
@@ -919,40 +971,40 @@ def fetch_part(
     sidecar = dest_dir / (part.name + SIDECAR_SUFFIX)
     info = {h: getattr(part, h) for h in HASH_TYPES if getattr(part, h)}
 
-    done = _committed(final, part, url, info, chunk_size)
-    if done is not None:
-        if progress is not None:
-            progress(done["size"], done["size"])
-        return done
+    with _fetch_lock(dest_dir / (part.name + LOCK_SUFFIX)):
+        done = _committed(final, part, url, info, chunk_size)
+        if done is not None:
+            if progress is not None:
+                progress(done["size"], done["size"])
+            return done
 
-    backoff = _Backoff(backoff_base, max_wait)
-    bar = _ProgressBar(part.name, part.size, progress, progress_bar)
-    try:
-        with make_session(user_agent, local_files=is_local(dump_url)) as session:
-            for attempt in range(1, verify_attempts + 1):
-                try:
-                    digests = _transfer(
-                        session, url, part, partfile, sidecar,
-                        retries=retries, timeout=timeout, backoff=backoff, chunk=chunk_size, bar=bar,
-                    )
-                    wrong = _check_hashes(part, digests)
-                    if wrong:
-                        raise _Mismatch(f"{part.name} from {url} has {wrong}")
-                except _Mismatch as e:
-                    _discard(partfile, sidecar)
-                    if attempt == verify_attempts:
-                        raise PrepError(f"{e} (tried {verify_attempts} times; the file was discarded)") from None
-                    log.warning("%s; fetching it again (%d of %d)", e, attempt + 1, verify_attempts)
-                    backoff.sleep()
-                    continue
-                break
-    finally:
-        bar.close()
+        backoff = _Backoff(backoff_base, max_wait)
+        bar = _ProgressBar(part.name, part.size, progress, progress_bar)
+        try:
+            with make_session(user_agent, local_files=is_local(dump_url)) as session:
+                for attempt in range(1, verify_attempts + 1):
+                    try:
+                        digests = _transfer(
+                            session, url, part, partfile, sidecar,
+                            retries=retries, timeout=timeout, backoff=backoff, chunk=chunk_size, bar=bar,
+                        )
+                        wrong = _check_hashes(part, digests)
+                        if wrong:
+                            raise _Mismatch(f"{part.name} from {url} has {wrong}")
+                    except _Mismatch as e:
+                        _discard(partfile, sidecar)
+                        if attempt == verify_attempts:
+                            raise PrepError(f"{e} (tried {verify_attempts} times; the file was discarded)") from None
+                        log.warning("%s; fetching it again (%d of %d)", e, attempt + 1, verify_attempts)
+                        backoff.sleep()
+                        continue
+                    break
+        finally:
+            bar.close()
 
-    with open(partfile, "rb+") as f:
-        os.fsync(f.fileno())
-    os.rename(partfile, final)
-    fsync_dir(dest_dir)
-    _discard(sidecar)
-    return write_receipt(final, url=url, **info)
+        with open(partfile, "rb+") as f:
+            os.fsync(f.fileno())
+        commit(partfile, final)  # never replaces: unlocked (`_fetch_lock`), a racer's verified copy may be there
+        _discard(sidecar)
+        return write_receipt(final, url=url, **info)
 

@@ -192,12 +192,13 @@ class HDF5Files:
     only fsyncs and renames it.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike]):
+    def __init__(self, paths: Sequence[str | os.PathLike], *, overwrite: bool = False):
         self.paths = [Path(p) for p in paths]
+        self.overwrite = overwrite  # replace existing files (the command line), or never (`shardkit.atomic`)
         self.writers: list[HDF5Writer | None] = [None] * len(self.paths)
 
     def __enter__(self) -> "HDF5Files":
-        self._ctx = atomic_write_together(self.paths)
+        self._ctx = atomic_write_together(self.paths, overwrite=self.overwrite)
         self._temps = self._ctx.__enter__()
         return self
 

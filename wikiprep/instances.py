@@ -618,7 +618,8 @@ def check_output_layout(output_files: Sequence[str | os.PathLike], index_files: 
 
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
                             index_files: Sequence[str | None] | None, opts: GenerationOptions, *,
-                            layout: str = remask.STANDARD, pad_position_value: int = PAD_POSITION_VALUE) -> dict:
+                            layout: str = remask.STANDARD, pad_position_value: int = PAD_POSITION_VALUE,
+                            overwrite: bool = False) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
     `index_files[i]` (or None) is the index of `output_files[i]`. Outputs named `.hdf5`/`.h5` get
@@ -627,6 +628,8 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     holds the same instances in the same order. The options, the layout and the paths are checked
     (`GenerationOptions.check`, `check_output_layout`, `check_output_paths`) before anything is
     written, and every output and index is committed together: on any error none of them appears.
+    `overwrite` replaces existing outputs, as the original does (the command line); without it
+    an existing output is never replaced: identical is accepted, different refused (`shardkit.atomic`).
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -645,11 +648,11 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     dims = {SEQ: opts.max_seq_length, PRED: opts.max_predictions_per_seq}
     if fmt == HDF5:
         encoder = hdf5.InstanceRows(opts.max_seq_length, opts.max_predictions_per_seq)
-        writers_of_outputs = hdf5.HDF5Files(outputs)
+        writers_of_outputs = hdf5.HDF5Files(outputs, overwrite=overwrite)
     else:
         encoder = (InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq) if layout == remask.STANDARD
                    else remask.RemaskEncoder(opts.max_seq_length, opts.max_predictions_per_seq, pad_position_value))
-        writers_of_outputs = record_writers(outputs, indexes)
+        writers_of_outputs = record_writers(outputs, indexes, overwrite=overwrite)
     # A temporary of the first output: if this process is killed, the next write of that output removes it.
     spill_path = temp_path(outputs[0], "spill")
     offsets = array("q", [0])
@@ -704,7 +707,7 @@ def _write_hdf5_files(files: hdf5.HDF5Files, rows: hdf5.InstanceRows, dims: dict
 
 def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None,
                             options: GenerationOptions, *, layout: str = remask.STANDARD,
-                            pad_position_value: int = PAD_POSITION_VALUE) -> dict:
+                            pad_position_value: int = PAD_POSITION_VALUE, overwrite: bool = False) -> dict:
     """All instances of `input_files` in one file (+ its `offset length` index for a TFRecord); returns stats.
 
     The instances, their order and every feature equal those of google-research/bert's
@@ -714,4 +717,4 @@ def create_pretraining_file(input_files: list[str], vocab_file: str, output_file
     nothing is left half-written.
     """
     return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options, layout=layout,
-                                   pad_position_value=pad_position_value)
+                                   pad_position_value=pad_position_value, overwrite=overwrite)

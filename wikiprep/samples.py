@@ -910,7 +910,8 @@ def write_sample_dump(site_root: Path, wiki: str = "enwiki", date: str = "202601
 def write_dump_status(folder: Path, wiki: str, date: str, job: str, updated: str, names: list[str]) -> None:
     """The sha1sums/md5sums files and dumpstatus.json for the files `names` already in `folder`.
 
-    dumpstatus.json is written last: once it exists, everything it lists is in place.
+    dumpstatus.json is written last: once it exists, everything it lists is in place. They replace
+    those already there (`overwrite`), as a dumps server's status changes with its files.
     """
     files = {}
     for name in names:
@@ -923,6 +924,6 @@ def write_dump_status(folder: Path, wiki: str, date: str, job: str, updated: str
                        "md5": md5.hexdigest(), "sha1": sha1.hexdigest()}
     for algo in ("sha1", "md5"):
         write_text(folder / f"{wiki}-{date}-{algo}sums.txt",
-                   "".join(f"{files[n][algo]}  {n}\n" for n in sorted(files)))
+                   "".join(f"{files[n][algo]}  {n}\n" for n in sorted(files)), overwrite=True)
     status = {"version": "0.8", "jobs": {job: {"status": "done", "updated": updated, "files": files}}}
-    write_text(folder / "dumpstatus.json", json.dumps(status, indent=1, sort_keys=True) + "\n")
+    write_text(folder / "dumpstatus.json", json.dumps(status, indent=1, sort_keys=True) + "\n", overwrite=True)

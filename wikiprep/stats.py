@@ -120,14 +120,18 @@ def stats_report_text(st: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(folder: str | Path, out: str | Path) -> str:
-    """Commit `out/stats.json` and `out/report.txt` for the dataset in `folder`; returns the report's text."""
+def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False) -> str:
+    """Commit `out/stats.json` and `out/report.txt` for the dataset in `folder`; returns the report's text.
+
+    `overwrite` replaces a report already there (the command line); without it an existing one is
+    kept when identical and refused when not (`shardkit.atomic`).
+    """
     folder, out = Path(folder), Path(out)
     if out.resolve() == folder.resolve():
         raise PrepError(f"--out {out}: choose a report folder other than the dataset itself")
     st = dataset_stats(folder)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "stats.json", st)
+    write_json(out / "stats.json", st, overwrite=overwrite)
     text = stats_report_text(st)
-    write_text(out / "report.txt", text)
+    write_text(out / "report.txt", text, overwrite=overwrite)
     return text

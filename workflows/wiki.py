@@ -18,7 +18,7 @@ from pathlib import Path
 import luigi
 from luigi.util import inherits, requires
 
-from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_dead_temps, remove_stale_temps,
+from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps,
                              write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
 from wikiprep import dataset, download, extract, sentences, vocab
@@ -303,7 +303,7 @@ class SentenceShard(DumpTask):
     def run(self):
         out = self.output().path
         # Before shards were merged one per task, the folder was built whole under a temporary name.
-        remove_dead_temps(out.parent)
+        remove_stale_temps(out.parent)
         corpus = self.requires().corpus()
         stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out)
         write_receipt(out, stats=stats, corpus={"documents": corpus["documents"], "dropped": corpus["dropped"]})
