@@ -13,12 +13,20 @@ VOCAB_FILE ?=
 WORKERS    ?= 2
 NUM_SHARDS ?= 256
 MULTISTREAM ?=
+# FORMAT=hdf5: NVIDIA's HDF5 shards (folder ..._hdf5); LAYOUT=remask: Graphcore's static-mask TFRecords
+# (folder ..._remask, with its fixed mask count); MAX_PREDICTIONS: --max-predictions-per-seq (Graphcore's phase 2: 58).
+FORMAT     ?=
+LAYOUT     ?=
+MAX_PREDICTIONS ?=
 SCHEDULER  ?=
 # Slurm job-array mode (README, "Slurm"): more sbatch options for every job, and at most this many
 # elements of an array running at once.
 SBATCH_ARGS ?=
 SLURM_MAX_RUNNING ?=
 DEMO_DIR   ?= demo
+
+PRETRAIN_ARGS := $(if $(FORMAT),--output-format $(FORMAT)) $(if $(LAYOUT),--layout $(LAYOUT)) \
+  $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS))
 
 ifeq ($(SCHEDULER),)
 SCHEDULER_ARGS := --local-scheduler
@@ -50,7 +58,7 @@ wiki-128 wiki-384 wiki-512: setup
 	  exit 2; fi
 	$(BIN)/luigi --module workflows Pretrain$(subst wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
-	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) \
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS) \
 	  --workers $(WORKERS) $(SCHEDULER_ARGS)
 
 # Submits the Slurm job chain (job-array mode) and prints the job ids; run it again to resume.
@@ -61,7 +69,7 @@ slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 	WIKIPREP_VENV=$(abspath $(VENV)) SBATCH_ARGS='$(SBATCH_ARGS)' SLURM_MAX_RUNNING='$(SLURM_MAX_RUNNING)' \
 	  cluster/slurm/submit.sh $(subst slurm-wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
-	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream)
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS)
 
 # A real one-node Slurm here (installed with apt when missing; needs root), both Slurm modes on
 # the sample dump, the daemons stopped at the end. 2 to 3 minutes: not part of `make test`.

@@ -55,13 +55,22 @@ def shard_seed(seed: int, shard: int) -> int:
 # In the description, but never a reason to refuse a folder: it changes how the work is cut, not a byte.
 SAME_BYTES = ("extract_slice_mb",)
 
+# How the instances are written, recorded only when not these defaults: the standard TFRecord dataset's
+# description stays what it was before other layouts existed (its dataset.json and MANIFEST.json bytes).
+# A missing key means the default, in a held description as in a new one.
+WRITTEN_AS = {"output_format": instances.TFRECORD, "layout": remask.STANDARD}
+
 
 def describe(options: GenerationOptions, vocab_path: str | Path | None, *, wiki: str, dump_date: str,
-             multistream: bool, extract_slice_mb: float, num_shards: int, min_doc_chars: int, vocab_size: int) -> dict:
+             multistream: bool, extract_slice_mb: float, num_shards: int, min_doc_chars: int, vocab_size: int,
+             output_format: str = instances.TFRECORD, layout: str = remask.STANDARD,
+             pad_position_value: int = PAD_POSITION_VALUE) -> dict:
     """What defines a dataset's content, as dataset.json and MANIFEST.json record it.
 
     The nine generation options, `random_seed` named `seed` (the global seed every shard's seed
-    derives from), the dump and sentence-split parameters, and `vocab_sha256`. PrepError when
+    derives from), the dump and sentence-split parameters, and `vocab_sha256`. An HDF5 or remask
+    dataset adds `output_format` and `layout`, and a remask one its `pad_position_value` (the
+    standard TFRecord dataset's description has none of the three, as before they existed). PrepError when
     `options` fail `GenerationOptions.check` or `vocab_path` is not a usable BERT vocabulary.
     `vocab_path` None (a vocabulary not trained yet) leaves `vocab_sha256` out: enough to compare
     with a folder before any work starts.
@@ -71,6 +80,10 @@ def describe(options: GenerationOptions, vocab_path: str | Path | None, *, wiki:
     description["seed"] = description.pop("random_seed")
     description.update(wiki=wiki, dump_date=dump_date, multistream=multistream, extract_slice_mb=extract_slice_mb,
                        num_shards=num_shards, min_doc_chars=min_doc_chars, vocab_size=vocab_size)
+    if (output_format, layout) != (instances.TFRECORD, remask.STANDARD):
+        description.update(output_format=output_format, layout=layout)
+        if layout == remask.REMASK:
+            description["pad_position_value"] = pad_position_value
     if vocab_path is not None:
         check_vocab_file(vocab_path)
         description["vocab_sha256"] = sha256_file(vocab_path)
@@ -95,12 +108,15 @@ def check_folder(folder: str | Path, description: dict) -> None:
     """Refuse a folder that holds a dataset made with other content parameters, naming each with both values.
 
     Only the keys of `description` are compared (one made before the vocabulary exists has no
-    `vocab_sha256`), and never SAME_BYTES. Meant to run before any work starts.
+    `vocab_sha256`), and never SAME_BYTES; WRITTEN_AS always, a missing one taken as its default
+    (so a standard run never takes an HDF5 or remask folder for its own). Meant to run before any work starts.
     """
     folder = Path(folder)
     held = _held_description(folder)
     if held is None:
         return
+    held = {**WRITTEN_AS, **held}
+    description = {**WRITTEN_AS, **description}
     differ = [f"{key} {held.get(key)!r} there, {value!r} here" for key, value in sorted(description.items())
               if key not in SAME_BYTES and held.get(key) != value]
     if differ:

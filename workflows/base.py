@@ -161,6 +161,14 @@ class BoolParameter(_FlagNamed, luigi.BoolParameter):
     expected = "true or false"
 
 
+class ChoiceParameter(_FlagNamed, luigi.ChoiceParameter):
+    """One of `choices`, named in the error in the order given (Luigi keeps them as a set)."""
+
+    def __init__(self, *args, choices, **kwargs):
+        super().__init__(*args, choices=choices, **kwargs)
+        self.expected = " or ".join(choices)
+
+
 class ReceiptTarget(luigi.Target):
     """Complete when `path` (a file or a folder) has a receipt that still matches it."""
 

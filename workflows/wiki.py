@@ -11,6 +11,7 @@ their requirements with `clone`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from pathlib import Path
@@ -21,10 +22,11 @@ from luigi.util import inherits, requires
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps,
                              write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
-from wikiprep import dataset, download, extract, sentences, vocab
+from wikiprep import dataset, download, extract, instances, remask, sentences, vocab
 from wikiprep.options import GenerationOptions
+from wikiprep.schema import PAD_POSITION_VALUE
 
-from .base import BoolParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget
+from .base import BoolParameter, ChoiceParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget
 
 
 class DumpTask(PrepTask):
@@ -351,7 +353,15 @@ class PretrainTask(DumpTask):
     do_whole_word_mask = BoolParameter(default=False)
     fixed_mask_count = BoolParameter(default=False,
                                            description="Graphcore's fixed count: a full sequence gets exactly "
-                                                       "max_predictions_per_seq masks")
+                                                       "max_predictions_per_seq masks (implied by --layout remask)")
+    output_format = ChoiceParameter(default=instances.TFRECORD, choices=(instances.TFRECORD, instances.HDF5),
+                                    description="tfrecord (google-research/bert, Graphcore), or hdf5 (NVIDIA's "
+                                                "PyTorch BERT layout, in the sibling folder ..._hdf5)")
+    layout = ChoiceParameter(default=remask.STANDARD, choices=remask.LAYOUTS,
+                             description="standard, or remask: Graphcore's static-mask TFRecords (sibling folder "
+                                         "..._remask), with Graphcore's fixed mask count")
+    pad_position_value = IntParameter(default=PAD_POSITION_VALUE,
+                                      description="with --layout remask: the input_position of an empty slot")
 
     def check_before_work(self) -> None:
         """Every parameter that can be judged before any work: a bad one fails before the download."""
@@ -360,15 +370,23 @@ class PretrainTask(DumpTask):
         if not self.vocab_file:
             vocab.check_vocab_size(self.vocab_size)
         self.options.check()
+        if self.layout == remask.REMASK:
+            if self.output_format == instances.HDF5:
+                raise PrepError("--output-format hdf5 --layout remask: the remask layout is written as TFRecords "
+                                "(Graphcore's loader reads those); HDF5 holds NVIDIA's standard layout")
+            remask.check_fits(self.options, self.pad_position_value)
 
     @property
     def options(self) -> GenerationOptions:
-        """The generation options, with the global seed (each shard's own derives from it)."""
-        return GenerationOptions.from_object(self, random_seed=self.seed)
+        """The generation options, with the global seed (each shard's own derives from it). The remask
+        layout implies Graphcore's fixed mask count, as `create-pretraining-data --remask` does: only
+        with it does a full-length sequence fit (remask.check_fits)."""
+        return GenerationOptions.from_object(self, random_seed=self.seed,
+                                             fixed_mask_count=self.fixed_mask_count or self.layout == remask.REMASK)
 
     @property
     def dataset_dir(self) -> Path:
-        return self.work_dir / dataset.folder_name(self.options)
+        return self.work_dir / dataset.folder_name(self.options, self.output_format, self.layout)
 
     def vocab_task(self) -> TrainVocab | None:
         return None if self.vocab_file else self.clone(TrainVocab)
@@ -382,11 +400,14 @@ class PretrainTask(DumpTask):
         return dataset.describe(self.options, self.vocab_path() if with_vocab else None, wiki=self.wiki,
                                 dump_date=self.dump_date, multistream=self.multistream,
                                 extract_slice_mb=self.extract_slice_mb, num_shards=self.num_shards,
-                                min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size)
+                                min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size,
+                                output_format=self.output_format, layout=self.layout,
+                                pad_position_value=self.pad_position_value)
 
 
 class PretrainShard(PretrainTask):
-    """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): wiki_{i:05d}.tfrecord + .index."""
+    """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): wiki_{i:05d}.tfrecord + .index,
+    or wiki_{i:05d}.hdf5."""
 
     shard = IntParameter(description="the shard, from 0 to --num-shards - 1")
 
@@ -401,14 +422,14 @@ class PretrainShard(PretrainTask):
         return deps
 
     def output(self):
-        return ReceiptTarget(self.dataset_dir / dataset.shard_name(self.shard))
+        return ReceiptTarget(self.dataset_dir / dataset.shard_name(self.shard, self.output_format))
 
     def run(self):
         out = self.output().path
         seed = dataset.shard_seed(self.seed, self.shard)
         stats = dataset.write_shard(self.input()["sentences"].path,
-                                    self.vocab_path(), out, GenerationOptions.from_object(self, random_seed=seed),
-                                    self.description())
+                                    self.vocab_path(), out, dataclasses.replace(self.options, random_seed=seed),
+                                    self.description(), layout=self.layout, pad_position_value=self.pad_position_value)
         write_receipt(out, seed=seed, stats=stats)
 
 
@@ -431,7 +452,7 @@ class PretrainDataset(PretrainTask):
     def run(self):
         dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(),
                          [t.receipt()["stats"] for t in self.input()],
-                         self.clone(SentenceShards).stats())
+                         self.clone(SentenceShards).stats(), output_format=self.output_format)
         write_receipt(self.output().path)
 
 
