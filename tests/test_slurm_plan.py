@@ -77,3 +77,20 @@ def test_the_vocab_stage_without_a_vocabulary_to_train_is_refused_in_one_line(da
     element = SlurmStage384(**{**dataset.param_kwargs, "vocab_file": str(vocab), "stage": "vocab", "index": 0})
     with pytest.raises(PrepError, match=r"^stage vocab: nothing to run with these parameters \(a --vocab-file is given\)$"):
         element.complete()
+
+
+@pytest.mark.parametrize("extra, folder, shard", [
+    (["--output-format", "hdf5"], "seq384_mask56_dup5_hdf5", "wiki_00002.hdf5"),
+    (["--layout", "remask", "--max-predictions-per-seq", "58"], "seq384_mask58_dup5_remask", "wiki_00002.tfrecord"),
+])
+def test_the_chain_passes_the_output_format_and_layout_through(dataset, extra, folder, shard):
+    """submit.sh hands every parameter to slurm-plan and, through job.env, to each job's SlurmStage."""
+    args = [sys.executable, "-m", "workflows", "slurm-plan", "Pretrain384", "--data-dir", dataset.data_dir,
+            "--dump-url", dataset.dump_url, "--dump-date", DEMO_DATE, "--num-shards", "3", *extra]
+    r = subprocess.run(args, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"DATASET_DIR={Path(dataset.data_dir).resolve() / f'{DEMO_WIKI}-{DEMO_DATE}' / folder}\n" in r.stdout
+    values = dict(zip([a[2:].replace("-", "_") for a in extra[::2]], extra[1::2]))
+    element = SlurmStage384(**{**dataset.param_kwargs, **values, "stage": "shards", "index": 2})
+    assert element.requires().output().path.name == shard
+    assert element.requires().output().path.parent.name == folder
