@@ -79,15 +79,19 @@ def temporaries(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if ".tmp-" in p.name]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Luigid:
     """A luigid on 127.0.0.1 with its state in `folder`, started and killed as the tests need."""
 
     def __init__(self, folder: Path, config: Path):
         self.folder, self.config = folder, config
         self.state = folder / "state.pickle"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -301,3 +305,15 @@ def test_eight_workers_on_one_luigid_run_every_task_once(site, serial, cluster, 
     assert len(luigid.api("task_list", status="DONE", upstream_status="")) == len(serial[1])  # luigid saw it all
     assert (data / DATASET / "MANIFEST.json").read_bytes() == serial[0]
     assert temporaries(data) == []
+
+
+def test_a_luigid_that_stays_away_ends_the_worker_with_one_line_saying_to_run_again(site, tmp_path):
+    config = cluster_config(tmp_path / "luigi-test.cfg", core={"rpc_retry_attempts": "2", "rpc_retry_wait": "0"})
+    r = subprocess.run([str(BIN / "luigi"), "--module", "workflows", *pretrain_args(site, tmp_path / "data"),
+                        "--scheduler-host", "127.0.0.1", "--scheduler-port", str(free_port()), "--no-lock"],
+                       cwd=REPO, env=env(config), capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
+    assert len(lines) == 1, r.stderr[-3000:]
+    assert "luigid did not answer" in lines[0] and "run the same command again" in lines[0], lines[0]
+    assert "Traceback" not in r.stderr
