@@ -11,24 +11,32 @@ and the worker leaves its loop. The tasks it had added as PENDING were never run
 its summary says "N was not granted run permission by the scheduler" and the run exits
 `[retcode] not_run` (25) with the dataset unfinished.
 
-`ClusterWorker` closes that gap:
+`ClusterWorker` closes that gap, and makes a worker's exit status say whether its dataset is complete:
 
-- **lost work is added again.** Before it quits because luigid lists nothing pending for it,
-  the worker asks its root tasks' complete(). If one is not complete, it adds the whole graph
-  again, as at start. Complete tasks are reported DONE, the rest PENDING, and the loop goes
-  on. This happens once per such answer, so a run whose remaining tasks were disabled after
-  too many failures (also "nothing pending") still ends.
+- **lost work is added again.** Before it quits because luigid lists nothing pending or running
+  for it, the worker asks its root tasks' complete(). If one is not complete, it adds the whole
+  graph again, as at start: complete tasks are reported DONE, the rest PENDING, and the loop
+  goes on. Once per such answer, so a run whose remaining tasks were disabled after too many
+  failures (also "nothing pending") still ends.
 - **running tasks are claimed again.** get_work's answer lists this worker's tasks that luigid
   believes RUNNING. A task this worker is running that the list does not show was forgotten,
   so the worker tells luigid it is RUNNING here again and adds its roots again. Another
   worker cannot then start the same task, and the resource caps (`wikimedia_http`) count it.
 - **a complete task is not run again.** luigid may hand out a task whose output another
   worker has already committed: a restored state still shows it PENDING, or a late PENDING
-  claim arrived after `stable_done_cooldown_secs`. Luigi itself never checks a task's own
-  complete() before run(), so the worker checks it here and reports DONE without running.
+  claim arrived after `stable_done_cooldown_secs`. Luigi never checks a task's own complete()
+  before run(), so the worker checks it here and reports DONE without running it.
+- **tasks running elsewhere are waited for.** With keep_alive, Luigi's worker stays only while
+  luigid counts PENDING or FAILED tasks for it, and quits while the last ones run on other
+  workers. Here a task of its graph running elsewhere counts too: if that worker dies, this
+  one can run the task again.
+- **work done by others counts as done.** Every worker adds the whole graph and runs a part of
+  it; Luigi's summary lists the rest as "not granted run permission" or "run by another
+  worker", so every worker of a finished run exits 25 or 10. Once the roots are complete,
+  those tasks are shown as complete ones, and the worker exits 0.
 
-A luigid that stays away longer than the RPC retries allow (`[core] rpc-retry-attempts` x
-`rpc-retry-wait`, 5 minutes with cluster/luigi-cluster.cfg) ends the worker with one line,
+A luigid that stays away longer than the RPC retries allow (`[core] rpc_retry_attempts` x
+`rpc_retry_wait`, 5 minutes with cluster/luigi-cluster.cfg) ends the worker with one line,
 `wikiprep: error: ... run the same command again`, and a non-zero exit (`unhandled_exception`,
 40). Nothing is lost: the files are the state.
 
@@ -126,16 +134,12 @@ class ClusterWorker(luigi.worker.Worker):
         return succeeded
 
     def _count_others_work(self) -> None:
-        """When the roots are complete, count the tasks other workers ran as complete, not as missed.
+        """Once the roots are complete, list the tasks other workers ran as complete ones (module docstring).
 
-        Every worker adds the whole graph as PENDING and runs a part of it. Luigi's summary puts
-        each task another worker ran in "was not granted run permission by the scheduler" (still
-        PENDING in this worker's history) or "being run by another worker" (seen RUNNING there
-        in an answer of get_work), so every worker of a finished cluster run exits `not_run` (25)
-        or `already_running` (10), even the one that ran the root. Once the roots are complete,
-        such a task is shown as Luigi shows a task complete at the start ("complete ones were
-        encountered"), and the exit status says whether this worker's command is done. Tasks
-        this worker ran or saw fail keep their entries.
+        Luigi's summary (execution_summary._summary_dict) is made of this worker's history: a task
+        only ever added as PENDING becomes "complete ones were encountered" when its one entry says
+        DONE, and a task seen RUNNING on another worker leaves "run by another worker" when no
+        answer of get_work lists it any more. Tasks this worker ran or saw fail keep their entries.
         """
         if not all(_complete(root) for root in self._roots):
             return
