@@ -81,7 +81,7 @@ def test_two_runs_racing_on_one_data_dir_end_with_the_bytes_of_one(world, tmp_pa
     done = [set(DONE.findall(t)) for t in texts]
     both = {task.split("(")[0] for task in done[0] & done[1]}
     # Each task executed by both runs, its output committed by one and found identical by the other.
-    assert {"ExtractPart", "SplitPart", "SentenceShards", "PretrainShard", "Pretrain128"} <= both, both
+    assert {"ExtractPart", "SplitPart", "SentenceShard", "PretrainShard", "Pretrain128"} <= both, both
 
     assert _tree(data) == _tree(root / "serial"), "not the bytes of one serial run (receipts included)"
     assert (data / DATASET / "MANIFEST.json").read_bytes() == (root / "serial" / DATASET / "MANIFEST.json").read_bytes()
