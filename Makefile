@@ -19,6 +19,10 @@ FORMAT     ?=
 LAYOUT     ?=
 MAX_PREDICTIONS ?=
 SCHEDULER  ?=
+# `make luigid`: the address and port it listens on. 127.0.0.1 serves workers on this machine only;
+# for workers on other nodes give this node's address on the cluster network (README, "Cluster runs").
+LUIGID_ADDRESS ?= 127.0.0.1
+LUIGID_PORT    ?= 8082
 # Slurm job-array mode (README, "Slurm"): more sbatch options for every job, and at most this many
 # elements of an array running at once.
 SBATCH_ARGS ?=
@@ -76,8 +80,14 @@ slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 test-slurm: setup
 	cluster/slurm/test/run.sh $(abspath $(BIN))/python
 
+# The central scheduler of a cluster run (README, "Cluster runs"), in the foreground, with the cluster
+# config. It has no authentication: bind it to an address only the cluster's nodes reach. Its state
+# (pickled on a clean stop) and its log go to DATA_DIR/luigid/, so a restart resumes where it was.
 luigid: setup
-	$(BIN)/luigid --address 0.0.0.0 --port 8082 --state-path $(DATA_DIR)/luigid/state.pickle --logdir $(DATA_DIR)/luigid
+	mkdir -p $(DATA_DIR)/luigid
+	@echo "luigid on $(LUIGID_ADDRESS):$(LUIGID_PORT); log and state in $(DATA_DIR)/luigid/"
+	LUIGI_CONFIG_PATH=$(CURDIR)/cluster/luigi-cluster.cfg $(BIN)/luigid --address $(LUIGID_ADDRESS) --port $(LUIGID_PORT) \
+	  --state-path $(DATA_DIR)/luigid/state.pickle --logdir $(DATA_DIR)/luigid
 
 clean-demo:
 	rm -rf $(DEMO_DIR)

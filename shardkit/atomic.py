@@ -21,7 +21,8 @@ the next write of the same path (and a task, when it starts: `remove_stale_temps
 writer's temporary (this host, no such process: SIGKILL, an OOM kill) from a live one and remove
 it. A live writer's (maybe a racing duplicate) is never removed, and neither is another host's:
 nothing here can tell whether that host's writer still runs. Such a leftover (a node lost mid-write)
-stays until removed by hand; `verify` names it.
+stays until the step that closes its folder, once every output there is committed, removes it
+(`remove_leftover_temps`, called by a dataset's finalize); elsewhere `verify` names it.
 
 A write that fails (a full disk, a folder where the file should be) removes its temporary
 and raises a PrepError naming the file it was writing, never the temporary.
@@ -87,6 +88,31 @@ def remove_stale_temps(path: str | os.PathLike) -> None:
     for p in path.parent.glob(f"{glob.escape(path.name)}{_TMP_MARK}*"):
         if _writer_is_dead(p):
             _remove(p)
+
+
+def _writer_is_alive_here(tmp: Path) -> bool:
+    """True when `tmp`'s writer is a live process of this host (this one included)."""
+    writer = _WRITER.fullmatch(tmp.name.rpartition(_TMP_MARK)[2])
+    if writer is None or writer["host"] != socket.gethostname():
+        return False
+    return int(writer["pid"]) == os.getpid() or not _writer_is_dead(tmp)
+
+
+def remove_leftover_temps(folder: str | os.PathLike) -> list[str]:
+    """Remove every temporary in `folder` except a live writer's of this host; returns their names.
+
+    Only for a final step that runs once every output of `folder` is committed (the dataset's
+    finalize, after all its shards): a temporary of another host is then a leftover of a node lost
+    mid-write (its job requeued elsewhere and finished), or of a duplicate whose output is already
+    committed, which its own commit would only have found identical. Left there, it would make
+    the folder fail `verify` (every file must be listed) until removed by hand.
+    """
+    removed = []
+    for p in sorted(Path(folder).glob(f"*{_TMP_MARK}*")):
+        if not _writer_is_alive_here(p):
+            _remove(p)
+            removed.append(p.name)
+    return removed
 
 
 def remove_all_stale_temps(folder: str | os.PathLike) -> None:

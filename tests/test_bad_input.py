@@ -363,7 +363,7 @@ def _remask_first_record(change: Callable[[dict], None]) -> Callable[[Path], Non
         change(features)
         records[0] = encode_example([(n, "float" if n == "masked_lm_weights" else "int64", v)
                                      for n, v in features.items()])
-        write_records(path, records)
+        write_records(path, records, overwrite=True)  # damaged on purpose
     return rewrite
 
 

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -80,7 +81,7 @@ def test_two_runs_racing_on_one_data_dir_end_with_the_bytes_of_one(world, tmp_pa
     done = [set(DONE.findall(t)) for t in texts]
     both = {task.split("(")[0] for task in done[0] & done[1]}
     # Each task executed by both runs, its output committed by one and found identical by the other.
-    assert {"ExtractPart", "SplitPart", "SentenceShards", "PretrainShard", "Pretrain128"} <= both, both
+    assert {"ExtractPart", "SplitPart", "SentenceShard", "PretrainShard", "Pretrain128"} <= both, both
 
     assert _tree(data) == _tree(root / "serial"), "not the bytes of one serial run (receipts included)"
     assert (data / DATASET / "MANIFEST.json").read_bytes() == (root / "serial" / DATASET / "MANIFEST.json").read_bytes()
@@ -110,3 +111,30 @@ def test_an_output_already_there_with_other_content_fails_the_run_naming_it_and_
     assert lines[0].endswith("from this run); left as it is: remove it to write it again"), lines[0]
     assert "Traceback" not in log
     assert _tree(data) == before, "the failed run changed what was there"
+
+
+def test_a_lost_nodes_temporaries_are_swept_when_the_dataset_is_finalized(world, tmp_path):
+    """A node lost mid-shard leaves its temporary, which no host can prove dead; its element, requeued
+    elsewhere, committed the shard. Once every shard is committed the finalize removes such leftovers,
+    so the dataset verifies without a hand, and a live writer's temporary of this host is left alone."""
+    srv, vocab, root = world
+    data = tmp_path / "data"
+    shutil.copytree(root / "serial", data)
+    folder = data / DATASET
+    for name in ("MANIFEST.json", ".receipts/MANIFEST.json.json"):
+        (folder / name).unlink()
+    lost = folder / "wiki_00001.tfrecord.tmp-lost-node-4242"
+    lost.write_bytes(b"half a shard")
+    spill = folder / "wiki_00000.tfrecord.tmp-lost-node-4242.spill"
+    spill.write_bytes(b"x" * 100)
+    live = folder / f"wiki_00000.tfrecord.tmp-{socket.gethostname()}-{os.getpid()}"
+    live.write_bytes(b"a live writer's")
+    run = _start(_args(srv.url, data, vocab), tmp_path / "finalize.log")
+    assert run.wait(timeout=600) == 0, (tmp_path / "finalize.log").read_text()[-3000:]
+    assert not lost.exists() and not spill.exists()
+    assert live.exists()
+    assert (folder / "MANIFEST.json").read_bytes() == (root / "serial" / DATASET / "MANIFEST.json").read_bytes()
+    live.unlink()
+    verify = subprocess.run([sys.executable, "-m", "wikiprep.cli", "verify", str(folder)], cwd=REPO,
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from shardkit.atomic import remove_stale_temps, sha256_file, write_bytes, write_json
+from shardkit.atomic import remove_leftover_temps, remove_stale_temps, sha256_file, write_bytes, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import write_manifest
 
@@ -161,10 +161,13 @@ def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shar
     `sentence_stats` holds what `sentences.merge_shard` returned for each sentence shard (`shards`)
     and the documents dropped by reason (`dropped`, as `sentences.judge_splits` sums them).
     stats.json holds the totals of every numeric stat, each shard's stats, and the dropped
-    documents. PrepError when the folder holds another dataset, or when no shard has an instance.
+    documents. Temporaries left by a lost node or a duplicate run are removed first (all shards are
+    committed by now). PrepError when the folder holds another dataset, or when no shard has an instance.
     """
     folder = Path(folder)
     claim_folder(folder, description)
+    # Every shard is committed: a temporary still here was left by a lost node or a duplicate run.
+    remove_leftover_temps(folder)
     write_bytes(folder / "vocab.txt", Path(vocab_path).read_bytes())
     shards, totals, counts = [], {}, {}
     for i, st in enumerate(shard_stats):

@@ -7,8 +7,8 @@
 The files are the state: a task is complete when its receipt exists, so running the same
 command again after a kill finishes the work and gives identical bytes. All logic lives in
 `wikiprep`, `imagenet_prep` and `shardkit`; these modules only wire stages together:
-`base` (receipts, error lines), `wiki`, `imagenet`, `train`, `demo` and `slurm` (the Slurm
-job arrays' elements).
+`base` (receipts, error lines), `wiki`, `imagenet`, `train`, `demo`, `slurm` (the Slurm
+job arrays' elements) and `worker` (the Luigi worker for a luigid, which outlives a luigid restart).
 """
 
 from .base import PrepTask, ReceiptTarget
@@ -18,8 +18,12 @@ from .slurm import SlurmStage128, SlurmStage384, SlurmStage512
 from .train import TrainBert, TrainImageNet
 from .wiki import (DownloadDump, DownloadPart, ExtractPart, Pretrain128, Pretrain384, Pretrain512, PretrainDataset,
                    PretrainShard, SentenceShard, SentenceShards, SplitDump, SplitPart, TrainPunkt, TrainVocab)
+from .worker import ClusterWorker, install
 
 __all__ = ["PrepTask", "ReceiptTarget", "DEMO_DATE", "DEMO_WIKI", "Demo", "DemoSamples", "ImageNet", "ImageNetPlan",
            "ImageNetShard", "TrainBert", "TrainImageNet", "DownloadDump", "DownloadPart", "ExtractPart", "Pretrain128",
            "Pretrain384", "Pretrain512", "PretrainDataset", "PretrainShard", "SentenceShard", "SentenceShards",
-           "SplitDump", "SplitPart", "TrainPunkt", "TrainVocab", "SlurmStage128", "SlurmStage384", "SlurmStage512"]
+           "SplitDump", "SplitPart", "TrainPunkt", "TrainVocab", "SlurmStage128", "SlurmStage384", "SlurmStage512",
+           "ClusterWorker"]
+
+install()

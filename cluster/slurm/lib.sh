@@ -57,6 +57,25 @@ run_stage() {
   fi
 }
 
+# keep_luigid LUIGID_ARGS...: luigid, started again whenever it dies (a crash, the OOM killer) until
+# this function gets TERM, which it passes on (luigid then saves its state). The workers wait for
+# luigid meanwhile (rpc_retry_* in cluster/luigi-cluster.cfg) and add their tasks again
+# (workflows/worker.py), so the job goes on.
+keep_luigid() {
+  local pid="" stop=""
+  trap 'stop=1; [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null' TERM
+  while [ -z "$stop" ]; do
+    "$BIN/luigid" "$@" &
+    pid=$!
+    wait "$pid"
+    local rc=$?
+    [ -n "$stop" ] && break
+    echo "wikiprep: luigid exited ($rc); starting it again" >&2
+    sleep 1
+  done
+  wait "$pid" 2>/dev/null
+}
+
 # One-allocation mode: run_allocation TASK [PARAMETERS...]. luigid on this (the first) node, one
 # Luigi worker per node through srun, all on the same command; then `wikiprep verify` decides the
 # job's exit status (each worker's own status is only its view: "run by another worker" is not 0).
@@ -78,7 +97,9 @@ run_allocation() {
   state=${TMPDIR:-/tmp}/wikiprep-luigid-${SLURM_JOB_ID:-$$}
   mkdir -p "$state"
   export LUIGI_CONFIG_PATH=$ROOT/cluster/luigi-cluster.cfg
-  "$BIN/luigid" --address 0.0.0.0 --port "$port" --state-path "$state/state.pickle" --logdir "$state" &
+  # No authentication (README, "Cluster runs"): LUIGID_ADDRESS narrows it to one interface.
+  keep_luigid --address "${LUIGID_ADDRESS:-0.0.0.0}" --port "$port" --state-path "$state/state.pickle" \
+    --logdir "$state" &
   local luigid_pid=$!
   local up=""
   for _ in $(seq 120); do

@@ -1,0 +1,223 @@
+"""Luigi workers that outlive their luigid: what `luigi --module workflows ... --scheduler-host H` runs.
+
+luigid knows what to run only from what the workers told it, and keeps that in memory: it is
+pickled to --state-path on a clean stop (SIGTERM, SIGINT) and read back at start, never
+written on SIGKILL, an OOM kill or a lost node. Started again after such a death, luigid
+comes back empty, or with the state of its last clean stop. Luigi's worker does not notice.
+It asks for work (`Scheduler.get_work`), and luigid answers with the pending tasks of its
+record of that worker (`count_pending`: the tasks the worker added as runnable), which is now
+empty. So `n_pending_tasks` is 0, `Worker._keep_alive` is False even with keep_alive set,
+and the worker leaves its loop. The tasks it had added as PENDING were never run by it, so
+its summary says "N was not granted run permission by the scheduler" and the run exits
+`[retcode] not_run` (25) with the dataset unfinished.
+
+`ClusterWorker` closes that gap, and makes a worker's exit status say whether its dataset is complete:
+
+- **lost work is added again.** Before it quits because luigid lists nothing pending or running
+  for it, the worker asks its root tasks' complete(). If one is not complete, it adds the whole
+  graph again, as at start: complete tasks are reported DONE, the rest PENDING, and the loop
+  goes on. Once per such answer, so a run whose remaining tasks were disabled after too many
+  failures (also "nothing pending") still ends.
+- **running tasks are claimed again.** get_work's answer lists this worker's tasks that luigid
+  believes RUNNING. A task this worker is running that the list does not show was forgotten,
+  so the worker tells luigid it is RUNNING here again and adds its roots again. Another
+  worker cannot then start the same task, and the resource caps (`wikimedia_http`) count it.
+- **a complete task is not run again.** luigid may hand out a task whose output another
+  worker has already committed: a restored state still shows it PENDING, or a late PENDING
+  claim arrived after `stable_done_cooldown_secs`. Luigi never checks a task's own complete()
+  before run(), so the worker checks it here and reports DONE without running it.
+- **tasks running elsewhere are waited for.** With keep_alive, Luigi's worker stays only while
+  luigid counts PENDING or FAILED tasks for it, and quits while the last ones run on other
+  workers. Here a task of its graph running elsewhere counts too: if that worker dies, this
+  one can run the task again.
+- **work done by others counts as done.** Every worker adds the whole graph and runs a part of
+  it; Luigi's summary lists the rest as "not granted run permission" or "run by another
+  worker", so every worker of a finished run exits 25 or 10. Once the roots are complete,
+  those tasks are shown as complete ones, and the worker exits 0.
+
+A luigid that stays away longer than the RPC retries allow (`[core] rpc_retry_attempts` x
+`rpc_retry_wait`, 5 minutes with cluster/luigi-cluster.cfg) ends the worker with one line,
+`wikiprep: error: ... run the same command again`, and a non-zero exit (`unhandled_exception`,
+40). Nothing is lost: the files are the state.
+
+Luigi's command line has no setting for the worker class. `interface._run` always builds its
+worker with `interface._WorkerSchedulerFactory().create_worker`. `install()`, called when
+`luigi --module workflows` imports this package, replaces that one method so it returns a
+ClusterWorker whenever the scheduler is a remote luigid. A `--local-scheduler` run keeps
+Luigi's own Worker: its scheduler lives and dies with the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+
+import luigi.interface
+import luigi.rpc
+import luigi.worker
+from luigi.scheduler import DONE, PENDING, RUNNING
+from luigi.task import UnconsumedParameterWarning
+
+from shardkit.errors import PrepError
+
+logger = logging.getLogger("luigi-interface")
+
+CLAIM_AGAIN_SECONDS = 30.0
+
+
+def _complete(task: luigi.Task) -> bool:
+    """task.complete(), False when it cannot say (its error is reported by PrepTask.complete)."""
+    try:
+        return bool(task.complete())
+    except Exception:
+        return False
+
+
+def _unreachable(error: luigi.rpc.RPCError) -> PrepError:
+    """The one line a worker ends with when luigid stays away longer than the RPC retries."""
+    e = PrepError(f"luigid did not answer: {error}. Nothing finished is lost: once luigid answers again, "
+                  f"run the same command again to resume")
+    e.prog = "wikiprep"  # printed by base._PrepErrorTracebacks when Luigi logs the uncaught error
+    return e
+
+
+class ClusterWorker(luigi.worker.Worker):
+    """A Luigi worker that adds its tasks again when luigid has forgotten them (module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._roots: list[luigi.Task] = []  # the tasks given on the command line
+        self._in_run = False
+        self._added_again = False  # since luigid last listed pending work for this worker
+        self._claimed_again: dict[str, float] = {}  # running task id -> when it was last claimed again
+
+    # -- registration -------------------------------------------------------------------------
+
+    def add(self, task, *args, **kwargs):
+        if not self._in_run:  # in run(), add() is Luigi adding dynamic dependencies, or us adding again
+            self._roots.append(task)
+        try:
+            return super().add(task, *args, **kwargs)
+        except luigi.rpc.RPCError as error:
+            raise _unreachable(error) from None
+
+    def _log_unexpected_error(self, task):
+        if not isinstance(sys.exc_info()[1], luigi.rpc.RPCError):  # that one becomes one line, not a traceback
+            super()._log_unexpected_error(task)
+
+    def _add_again(self, running: list[str]) -> None:
+        """Tell luigid again who this worker is, which tasks it is running, and (unless draining) its whole graph."""
+        self._scheduler.add_worker(self._id, self._worker_info)
+        for task_id in running:
+            task = self._scheduled_tasks[task_id]
+            self._scheduler.add_task(worker=self._id, task_id=task_id, status=RUNNING, runnable=True,
+                                     priority=task.priority, resources=task.process_resources(),
+                                     params=task.to_str_params(), param_visibilities=task._get_param_visibilities(),
+                                     family=task.task_family, module=task.task_module)
+        if not self._stop_requesting_work:  # SIGUSR1: this worker takes no new task, so it claims none
+            for root in self._roots:
+                self.add(root)
+
+    # -- the run loop -------------------------------------------------------------------------
+
+    def run(self):
+        self._in_run = True
+        try:
+            succeeded = super().run()
+        except luigi.rpc.RPCError as error:
+            raise _unreachable(error) from None
+        self._count_others_work()
+        return succeeded
+
+    def _count_others_work(self) -> None:
+        """Once the roots are complete, list the tasks other workers ran as complete ones (module docstring).
+
+        Luigi's summary (execution_summary._summary_dict) is made of this worker's history: a task
+        only ever added as PENDING becomes "complete ones were encountered" when its one entry says
+        DONE, and a task seen RUNNING on another worker leaves "run by another worker" when no
+        answer of get_work lists it any more. Tasks this worker ran or saw fail keep their entries.
+        """
+        if not all(_complete(root) for root in self._roots):
+            return
+        done = {task_id for task_id, task in self._scheduled_tasks.items() if _complete(task)}
+        statuses: dict[str, set[str]] = {}
+        for task, status, _ in self._add_task_history:
+            statuses.setdefault(task.task_id, set()).add(status)
+        history = self._add_task_history
+        for i, (task, _, _) in enumerate(history):
+            if task.task_id in done and statuses[task.task_id] == {PENDING}:
+                history[i] = (task, DONE, False)
+        for response in self._get_work_response_history:
+            response["running_tasks"] = [r for r in response["running_tasks"] if r.get("task_id") not in done]
+
+    def _get_work(self):
+        response = super()._get_work()
+        if self._stop_requesting_work:  # draining (SIGUSR1): Luigi asked luigid nothing
+            return response
+        listed = {t.get("task_id") for t in response.running_tasks}
+        now = time.monotonic()
+        # Each task at most once per CLAIM_AGAIN_SECONDS: count_pending leaves out a running task
+        # whose upstream luigid has disabled, and that must not make every get_work add the graph.
+        forgotten = sorted(task_id for task_id in self._running_tasks if task_id not in listed
+                           and now - self._claimed_again.get(task_id, -CLAIM_AGAIN_SECONDS) >= CLAIM_AGAIN_SECONDS)
+        if forgotten:
+            self._claimed_again.update((task_id, now) for task_id in forgotten)
+            logger.warning("luigid does not know that this worker is running %s (luigid restarted, or took this "
+                           "worker for dead): telling it again", ", ".join(forgotten))
+            self._add_again(forgotten)
+            if response.task_id is None:  # now luigid knows this worker's pending tasks again
+                response = super()._get_work()
+        if response.task_id is not None or response.n_pending_tasks:
+            self._added_again = False
+        return response
+
+    def _keep_alive(self, get_work_response):
+        # A task of this worker's graph that another worker is running counts as pending: with
+        # keep_alive, wait for it rather than quit. If that worker dies, this one can run it again,
+        # and when it ends the roots are complete and this worker's exit status says so.
+        running_elsewhere = len(get_work_response.running_tasks)
+        if super()._keep_alive(get_work_response._replace(
+                n_pending_tasks=get_work_response.n_pending_tasks + running_elsewhere)):
+            return True
+        # Luigi quits here. When luigid lists nothing pending or running for this worker but a root
+        # is not complete, luigid has forgotten the worker's tasks: add them again, once.
+        if self._stop_requesting_work or get_work_response.n_pending_tasks or running_elsewhere or self._added_again:
+            return False
+        incomplete = [root for root in self._roots if not _complete(root)]
+        if not incomplete:
+            return False
+        logger.warning("luigid lists no pending task for this worker, but %s is not complete (luigid restarted, or "
+                       "took this worker for dead): adding its tasks again", incomplete[0])
+        self._added_again = True
+        self._add_again([])
+        return True
+
+    def _run_task(self, task_id):
+        task = self._scheduled_tasks.get(task_id)
+        if task is not None and task_id not in self._running_tasks and _complete(task):
+            logger.info("[pid %s] Worker %s skipped   %s: complete already (another worker committed it)",
+                        os.getpid(), self._id, task)
+            self._add_task(worker=self._id, task_id=task_id, status=DONE, runnable=None, expl=json.dumps(""),
+                           resources=task.process_resources(), params=task.to_str_params(),
+                           family=task.task_family, module=task.task_module)
+            return
+        super()._run_task(task_id)
+
+
+def _create_worker(self, scheduler, worker_processes, assistant=False):
+    """interface._WorkerSchedulerFactory.create_worker, with a ClusterWorker for a remote luigid."""
+    cls = ClusterWorker if isinstance(scheduler, luigi.rpc.RemoteScheduler) else luigi.worker.Worker
+    return cls(scheduler=scheduler, worker_processes=worker_processes, assistant=assistant)
+
+
+def install() -> None:
+    """Make `luigi --module workflows ...` (and luigi.build without a factory) build ClusterWorkers for a luigid."""
+    luigi.interface._WorkerSchedulerFactory.create_worker = _create_worker
+    # The [core] rpc-* keys of cluster/luigi-cluster.cfg are read by luigi/rpc.py, not by the `core`
+    # config class, which warns that it does not consume them.
+    warnings.filterwarnings("ignore", r".*'rpc_(retry_attempts|retry_wait|connect_timeout)'.*",
+                            UnconsumedParameterWarning)
