@@ -10,8 +10,9 @@
    `extract.extract_part` per part (ExtractPart), `sentences.PunktSample` + `train_punkt` (TrainPunkt),
    `sentences.split_part` per part (SplitPart), `sentences.merge_shard` per shard (the merge, one task
    per sentence shard), `dataset.write_shard` per shard at seq 128 / 20 predictions / dupe 5 (PretrainShard),
-   `dataset.finalize` (PretrainDataset: stats, MANIFEST.json), then the sha256 rate of the manifest over
-   the records and the rate of `wikiprep verify`. Each rate is in MB of the stage's own input per
+   the sha256 of each shard's files (its receipt), `dataset.finalize` (PretrainDataset: stats,
+   MANIFEST.json from those hashes: metadata), then the sha256 rate over the records and the rate of
+   `wikiprep verify`. Each rate is in MB of the stage's own input per
    core-second, and in MB of XML per core-second through the byte ratios of this dump (bz2 : XML :
    extracted JSON lines : sentence text : TFRecord bytes), which are printed too.
 2. TrainVocab at its cap. `vocab.count_words` (max_chars 200 M by default) and `vocab.train_wordpiece`
@@ -29,8 +30,9 @@
    (MULTISTREAM=1, --extract-slice-mb 100, --num-shards 256) and the merge done per shard (one task per
    sentence shard). Stages are added as if each waited for the whole previous one (Luigi overlaps
    them, so this errs long), plus the serial parts: the download, TrainPunkt, TrainVocab at its cap,
-   the manifest hashing (and `wikiprep verify`, which the Slurm modes run last). The shared
-   filesystem's bandwidth is not modelled.
+   the finalize (per-shard metadata). `wikiprep verify --jobs 64`, which the Slurm modes run last,
+   spreads its files over one node's cores. The shared filesystem's bandwidth is not modelled.
+   `--from-json REPORT` projects an earlier report's measurements again (no new measurement).
 
 Prints markdown: the rates, the TrainVocab line, the projection and the serial parts, the rows the
 README carries (and writes the whole report as JSON with --json).
@@ -160,9 +162,18 @@ def run_stages(dump: Path, work: Path, vocab: Path, num_shards: int, hash_mb: fl
                         "tfrecord_bytes": sum(p.stat().st_size for p in records),
                         "instances": sum(s["instances"] for s in shard_stats)}
 
+    # Each PretrainShard task hashes its record and index files for its receipt (workflows.wiki), and
+    # the finalize takes those hashes: it reads no record (`known_files`), it writes stats.json,
+    # vocab.txt and MANIFEST.json from per-shard metadata.
+    started, known = time.perf_counter(), {}
+    for p in records + [p.with_suffix(".index") for p in records]:
+        known[p.name] = {"sha256": sha256_file(p), "size": p.stat().st_size}
+    out["receipt_hashes"] = {"seconds": time.perf_counter() - started,
+                             "bytes": sum(k["size"] for k in known.values())}
     started = time.perf_counter()
-    dataset.finalize(folder, description, vocab, shard_stats, {"shards": merged, "dropped": {}})
-    out["finalize"] = {"seconds": time.perf_counter() - started, "dataset_bytes": out["instances"]["tfrecord_bytes"]}
+    dataset.finalize(folder, description, vocab, shard_stats, {"shards": merged, "dropped": {}}, known_files=known)
+    out["finalize"] = {"seconds": time.perf_counter() - started, "dataset_bytes": out["instances"]["tfrecord_bytes"],
+                       "known_files": True}
 
     # The manifest's sha256 over a whole dataset: hash the records again and again (page cache warm,
     # as right after the shards were written) until `hash_mb` MB are hashed.
@@ -338,6 +349,16 @@ def rates_of(s: dict) -> dict:
     }
 
 
+def finalize_seconds_per_shard(s: dict) -> float:
+    """The finalize's time per shard: metadata only (known_files). A report measured before the finalize took the
+    receipts' hashes timed it hashing every file: that hashing, at the measured sha256 rate, is taken out."""
+    seconds = s["finalize"]["seconds"]
+    if not s["finalize"].get("known_files"):
+        rate = s["sha256"]["bytes"] / s["sha256"]["seconds"]
+        seconds = max(0.0, seconds - s["finalize"]["dataset_bytes"] / rate)
+    return seconds / s["num_shards"]
+
+
 def project(s: dict, vocab_seconds: float, *, vocab_chars: int = VOCAB_CAP, xml: float = ENWIKI_XML,
             bz2: float = ENWIKI_BZ2, sentence_text: float | None = ENWIKI_SENTENCE_TEXT) -> dict:
     """Per-stage wall time (seconds) of wiki-128 over English Wikipedia on each node count.
@@ -360,7 +381,11 @@ def project(s: dict, vocab_seconds: float, *, vocab_chars: int = VOCAB_CAP, xml:
     extract = core_s(xml, "extract")
     split = core_s(extracted, "split")
     merge = core_s(sentence_text, "merge")
-    instances = core_s(sentence_text, "instances")
+    # PretrainShard: the instances, and the sha256 of its files for its receipt (which the manifest takes)
+    instances = core_s(sentence_text, "instances") + core_s(tfrecord_bytes, "sha256")
+    # `wikiprep verify --jobs` on one node: one file per worker at a time, the largest shard the floor
+    verify = core_s(tfrecord_bytes, "verify")
+    verify_s = max(verify / min(CORES_PER_NODE, NUM_SHARDS), verify * shard_share)
     stages = [  # name, tasks, core-seconds of work, core-seconds of the largest task (None: serial)
         ("download (2 connections x 5 MiB/s)", 1, bz2 / DOWNLOAD_BYTES_PER_S, None),
         ("ExtractPart", pieces, extract, extract * slice_share),
@@ -369,7 +394,7 @@ def project(s: dict, vocab_seconds: float, *, vocab_chars: int = VOCAB_CAP, xml:
         ("merge, one task per sentence shard", NUM_SHARDS, merge, merge * shard_share),
         (f"TrainVocab ({vocab_chars / 1e6:g} M-character cap)", 1, vocab_seconds, None),
         ("PretrainShard", NUM_SHARDS, instances, instances * shard_share),
-        ("finalize: MANIFEST.json sha256", 1, core_s(tfrecord_bytes, "sha256"), None),
+        ("finalize: MANIFEST.json from the shard receipts", 1, finalize_seconds_per_shard(s) * NUM_SHARDS, None),
     ]
     rows = []
     for name, tasks, work, largest in stages:
@@ -381,7 +406,7 @@ def project(s: dict, vocab_seconds: float, *, vocab_chars: int = VOCAB_CAP, xml:
                      "largest_task_s": largest, "wall_s": walls})
     return {"rows": rows, "pieces": pieces, "sentence_bytes": sentence_text, "extracted_bytes": extracted,
             "tfrecord_bytes": tfrecord_bytes, "shard_imbalance": imbalance,
-            "verify_s": core_s(tfrecord_bytes, "verify"), "xml": xml, "bz2": bz2,
+            "verify_s": verify_s, "verify_core_s": verify, "xml": xml, "bz2": bz2,
             # without MULTISTREAM a whole part is one task: one of the mean size, on one core
             "mean_part_s": {"ExtractPart": extract / ENWIKI_PARTS, "SplitPart": split / ENWIKI_PARTS}}
 
@@ -408,7 +433,7 @@ def markdown(report: dict) -> str:
                         ("split", "SplitPart (`sentences.split_part`)"),
                         ("merge", "merge (`sentences.merge_shard`)"),
                         ("instances", "PretrainShard (`dataset.write_shard`, seq 128, dupe 5)"),
-                        ("sha256", "finalize: MANIFEST.json's sha256 (`sha256_file`)"),
+                        ("sha256", "sha256 (`sha256_file`): each shard's receipt, and verify"),
                         ("verify", "`wikiprep verify` (sha256 again, index files, TensorFlow parse)")):
         own = r[name]["own_mb_s"]
         lines.append(f"| {label} | {own:.2f} of {r[name]['unit']} | {own * p['bz2'] / enwiki_bytes[name]:.2f} |")
@@ -451,12 +476,12 @@ def markdown(report: dict) -> str:
                                                                      for n in NODES) + " |")
     lines.append("| LDDL's scope (sentences to records, vocab given: SplitPart, merge, PretrainShard, finalize) | | | "
                  + " | ".join(fmt_time(lddl_scope[n]) for n in NODES) + " |")
-    lines.append(f"| `wikiprep verify` after it (Slurm modes), serial | | | "
-                 + " | ".join(fmt_time(p["verify_s"]) for _ in NODES) + " |")
+    lines.append(f"| `wikiprep verify --jobs {CORES_PER_NODE}` after it (Slurm modes), one node | {NUM_SHARDS} files | "
+                 f"{p['verify_core_s'] / 3600:.2f} | " + " | ".join(fmt_time(p["verify_s"]) for _ in NODES) + " |")
     serial = [row for row in p["rows"] if row["serial"]]
     floors = [row for row in p["rows"] if not row["serial"]]
     lines += ["", "Serial parts (Amdahl): " + ", ".join(f"{row['stage']} {fmt_time(row['wall_s'][1])}" for row in serial)
-              + f"; `wikiprep verify` {fmt_time(p['verify_s'])}. Largest task per parallel stage (the floor however "
+              + f"; `wikiprep verify` on one node's {CORES_PER_NODE} cores {fmt_time(p['verify_s'])}. Largest task per parallel stage (the floor however "
               "many nodes): " + ", ".join(f"{row['stage']} {fmt_time(row['largest_task_s'])}" for row in floors) + ".",
               "", f"Without MULTISTREAM each of the {ENWIKI_PARTS} parts is one ExtractPart and one SplitPart: at most "
               f"{ENWIKI_PARTS} cores busy, and a part of the mean size ({p['bz2'] / ENWIKI_PARTS / 1e6:.0f} MB of bz2) "
@@ -492,7 +517,18 @@ def main() -> None:
                         help="BERT vocab.txt for the instances (default: the fixtures' bert-base-uncased)")
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks" / "work" / "scale")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--from-json", type=Path, help="project the measurements of an earlier --json report again")
     args = parser.parse_args()
+    if args.from_json:
+        report = json.loads(args.from_json.read_text())
+        vocab_seconds = report["vocab"]["long_tail"].get("seconds", report["vocab"]["own_words"].get("seconds"))
+        report["projection"] = project(report["stages"], vocab_seconds, vocab_chars=report["vocab"]["max_chars"],
+                                       sentence_text=args.sentence_gb * 1e9 or None)
+        report["markdown"] = markdown(report)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1) + "\n")
+        print(report["markdown"])
+        return
     quick = args.quick
     xml_mb = args.xml_mb or (1.5 if quick else 40.0)
     num_shards = args.num_shards or (2 if quick else 4)

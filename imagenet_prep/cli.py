@@ -1,7 +1,7 @@
 """`imagenet-prep`: convert ImageNet to TFRecord shards, verify a shard folder, report its statistics.
 
     imagenet-prep convert --train-dir T --validation-dir V [--val-labels L] --output-dir OUT ...
-    imagenet-prep verify DIR
+    imagenet-prep verify DIR [--jobs N]
     imagenet-prep stats DIR --out REPORT_DIR
 
 Argument parsing and printing only: each command is one call into `convert`, `verify` or
@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardkit.cli import run
+from shardkit.cli import at_least_one, run
 from shardkit.manifest import MANIFEST
 
 from . import convert, images, stats, verify
@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("dir")
     v.add_argument("--synsets-file")
     v.add_argument("--decode-all", action="store_true", help="decode every image with TensorFlow (slow)")
+    v.add_argument("--jobs", type=at_least_one, default=1,
+                   help="worker processes checking shards in parallel, each with its own TensorFlow (default 1; "
+                        "the output and the first error do not depend on it)")
 
     s = sub.add_parser("stats", help="per-split counts, per-class histogram and image sizes")
     s.add_argument("dir")
@@ -85,7 +88,7 @@ def _identity(path: Path) -> tuple | None:
 
 
 def _verify(args: argparse.Namespace) -> None:
-    totals = verify.verify(args.dir, args.synsets_file, args.decode_all)
+    totals = verify.verify(args.dir, args.synsets_file, args.decode_all, jobs=args.jobs)
     print(f"OK {args.dir}: " + ", ".join(f"{k} {v} records" for k, v in totals.items()))
 
 

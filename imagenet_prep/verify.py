@@ -10,10 +10,12 @@ tf.io.decode_jpeg (every image with `decode_all`).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, check_manifest
+from shardkit.pool import file_map
 from shardkit.records import check_index
 from shardkit.tf import error_text, import_tensorflow
 
@@ -21,33 +23,40 @@ from . import convert, images, labels
 from .reader import find_shards, iter_parsed
 
 
-def verify(folder: str | Path, synsets_file=None, decode_all: bool = False) -> dict:
-    """Check a shard folder (see the module docstring); returns {split: records}. PrepError on a problem."""
+def verify(folder: str | Path, synsets_file=None, decode_all: bool = False, jobs: int = 1) -> dict:
+    """Check a shard folder (see the module docstring); returns {split: records}. PrepError on a problem.
+
+    `jobs` worker processes check shards in parallel (`shardkit.pool.file_map`), each shard whole and
+    the results taken in shard order: the totals and the first problem are those of `jobs` 1."""
     folder = Path(folder)
     shards = find_shards(folder)
     synsets = labels.load_synsets(synsets_file)
-    manifest_counts, manifest_splits = _manifest_records(folder, check_manifest(folder))
-    tf = import_tensorflow()
-    totals = {}
-    for split, paths in shards.items():
-        totals[split] = 0
-        for shard in paths:
-            count = check_index(shard, convert.index_path(folder, shard.name))
-            listed = manifest_counts.get(shard.name)
-            if listed != count:
-                raise PrepError(f"{shard}: {count} records, MANIFEST.json " +
-                                (f"says {listed}" if listed is not None else "gives no record count for it"))
-            if count == 0:
-                raise PrepError(f"{shard}: no records (DALI refuses empty index files)")
-            for first, rec in iter_parsed(tf, shard, check_crc=False):  # check_index already checked the CRCs
-                for j in range(len(rec["image/class/label"])):
-                    _check_record(tf, shard, first + j, rec, j, synsets, decode=decode_all or first + j == 0)
-            totals[split] += count
+    with file_map(jobs) as each_file:
+        manifest_counts, manifest_splits = _manifest_records(folder, check_manifest(folder, each_file))
+        check = functools.partial(_check_shard, folder, manifest_counts, synsets, decode_all)
+        totals = {split: sum(each_file(check, paths)) for split, paths in shards.items()}
     for split in convert.SPLITS:
         want = manifest_splits.get(split)
         if want is not None and totals.get(split) != want:
             raise PrepError(f"{folder}: {totals.get(split)} {split} records, MANIFEST.json says {want}")
     return totals
+
+
+def _check_shard(folder: Path, manifest_counts: dict[str, int | None], synsets: list[str], decode_all: bool,
+                 shard: Path) -> int:
+    """Check one shard: its index, its count against MANIFEST.json, every record; returns its record count."""
+    count = check_index(shard, convert.index_path(folder, shard.name))
+    listed = manifest_counts.get(shard.name)
+    if listed != count:
+        raise PrepError(f"{shard}: {count} records, MANIFEST.json " +
+                        (f"says {listed}" if listed is not None else "gives no record count for it"))
+    if count == 0:
+        raise PrepError(f"{shard}: no records (DALI refuses empty index files)")
+    tf = import_tensorflow()
+    for first, rec in iter_parsed(tf, shard, check_crc=False):  # check_index already checked the CRCs
+        for j in range(len(rec["image/class/label"])):
+            _check_record(tf, shard, first + j, rec, j, synsets, decode=decode_all or first + j == 0)
+    return count
 
 
 def _manifest_records(folder: Path, manifest: dict) -> tuple[dict[str, int | None], dict[str, int]]:

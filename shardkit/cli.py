@@ -16,6 +16,17 @@ from .errors import PrepError
 from .signals import Terminated, raise_on_sigterm
 
 
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of records to show, of worker processes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def error_line(prog: str, e: BaseException) -> str:
     """`prog: error: ...` for a PrepError, or for an OSError (a folder without write permission, a full disk)."""
     if isinstance(e, OSError) and not isinstance(e, PrepError):

@@ -7,9 +7,11 @@ the folder must be listed (a temporary left by an interrupted run, a stray copy)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path, PurePosixPath
+from typing import Callable, Iterable
 
 from .atomic import TMP_MARK as _TMP_MARK, sha256_file, write_json
 from .errors import PrepError
@@ -24,21 +26,34 @@ def _is_data_file(folder: Path, p: Path) -> bool:
     return p.is_file() and rel.as_posix() != MANIFEST and not any(part.startswith(".") for part in rel.parts[:-1])
 
 
-def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dict | None = None) -> dict:
+def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dict | None = None, *,
+                   known_files: dict[str, dict] | None = None) -> dict:
     """Describe every data file under `folder` (receipts, temporaries and the manifest itself left out).
 
     `record_counts` maps a relative path to its number of records; files not in it get none.
+    `known_files` maps a relative path to the {"sha256", "size"} its writer already computed: such a
+    file is not read again, only its size compared (a file of another size is a PrepError); every
+    other file is hashed here. For a dataset of hundreds of GB the hashing is minutes of one
+    process, while each shard's writer hashed its own file in parallel with the others.
     """
     folder = Path(folder)
+    known_files = dict(known_files or {})
     files = []
     for p in sorted(folder.rglob("*"), key=lambda q: q.relative_to(folder).as_posix()):
         if not _is_data_file(folder, p) or _TMP_MARK in p.name:
             continue
         rel = p.relative_to(folder).as_posix()
-        entry = {"path": rel, "sha256": sha256_file(p), "size": p.stat().st_size}
+        size = p.stat().st_size
+        known = known_files.pop(rel, None)
+        if known is not None and known["size"] != size:
+            raise PrepError(f"{p}: {size} bytes, but its writer recorded {known['size']}; write it again")
+        entry = {"path": rel, "sha256": known["sha256"] if known is not None else sha256_file(p), "size": size}
         if rel in record_counts:
             entry["records"] = record_counts[rel]
         files.append(entry)
+    if known_files:
+        missing = min(known_files)
+        raise PrepError(f"{folder / missing}: missing, but its writer recorded it")
     manifest = {"files": files}
     if extra:
         manifest.update(extra)
@@ -46,8 +61,9 @@ def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dic
 
 
 def write_manifest(folder: str | Path, record_counts: dict[str, int], extra: dict | None = None, *,
-                   overwrite: bool = False) -> dict:
-    manifest = build_manifest(folder, record_counts, extra)
+                   overwrite: bool = False, known_files: dict[str, dict] | None = None) -> dict:
+    """Build the manifest (`build_manifest`) and commit it as MANIFEST.json."""
+    manifest = build_manifest(folder, record_counts, extra, known_files=known_files)
     write_json(Path(folder) / MANIFEST, manifest, overwrite=overwrite)
     return manifest
 
@@ -105,22 +121,29 @@ def read_manifest(folder: str | Path) -> dict:
     return manifest
 
 
-def check_manifest(folder: str | Path) -> dict:
+def _check_listed_file(folder: Path, entry: dict) -> None:
+    """Raise PrepError unless the file of one manifest entry is in the folder with its size and sha256."""
+    p = folder / entry["path"]
+    if not p.resolve().is_relative_to(folder.resolve()):
+        raise PrepError(f"{p}: a link out of the dataset folder (to {p.resolve()})")
+    if not p.is_file():
+        raise PrepError(f"{p}: listed in {MANIFEST} but missing")
+    if p.stat().st_size != entry["size"] or sha256_file(p) != entry["sha256"]:
+        raise PrepError(f"{p}: checksum differs from {MANIFEST}")
+
+
+def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], Iterable] = map) -> dict:
     """Check `folder` against its MANIFEST.json; raise PrepError naming the first problem.
 
     Every listed file exists with its size and sha256, and every data file of the folder is listed.
+    `file_map` hashes the listed files: `map`, or a `shardkit.pool.file_map` of worker processes
+    (the same first problem, in manifest order).
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
     listed = {e["path"] for e in manifest["files"]}
-    for entry in manifest["files"]:
-        p = folder / entry["path"]
-        if not p.resolve().is_relative_to(folder.resolve()):
-            raise PrepError(f"{p}: a link out of the dataset folder (to {p.resolve()})")
-        if not p.is_file():
-            raise PrepError(f"{p}: listed in {MANIFEST} but missing")
-        if p.stat().st_size != entry["size"] or sha256_file(p) != entry["sha256"]:
-            raise PrepError(f"{p}: checksum differs from {MANIFEST}")
+    for _ in file_map(functools.partial(_check_listed_file, folder), manifest["files"]):
+        pass
     for p in sorted(folder.rglob("*")):
         if _is_data_file(folder, p) and p.relative_to(folder).as_posix() not in listed:
             why = "a temporary left by an interrupted run" if _TMP_MARK in p.name else "a file the dataset did not write"

@@ -565,6 +565,7 @@ CASES: list[Bad] = [
         "must be at least 1"),
     Bad("inspect-n-negative", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "-n", "-1"),
         "must be at least 1"),
+    Bad("verify-jobs-zero", ("wikiprep", "verify", "{root}/wiki_ds", "--jobs", "0"), "must be at least 1"),
 
     # --- luigi --module workflows: every parameter that can be judged is, before any download
     Bad("luigi-dump-date-missing", PRETRAIN[:-2], "--dump-date must be given"),

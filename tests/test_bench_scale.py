@@ -46,7 +46,7 @@ def test_bench_scale_quick_prints_the_projection(tmp_path):
     rates, projection = tables(r.stdout)
     assert all(len(row) == 3 for row in rates) and rates[1] == ["---"] * 3
     assert {row[0].split(" ")[0] for row in rates[2:]} >= {"ExtractPart", "SplitPart", "merge", "PretrainShard",
-                                                           "finalize:", "`wikiprep", "TrainPunkt"}
+                                                           "sha256", "`wikiprep", "TrainPunkt"}
     assert projection[0] == ["stage", "tasks", "core-hours", *NODES]
     assert all(len(row) == 3 + len(NODES) for row in projection)
     rows = {row[0].split(" ")[0].strip("*"): row for row in projection[2:]}

@@ -166,6 +166,67 @@ def test_verify_parses_records_and_finds_a_bad_label(dataset, tmp_path):
     assert len(lines) == 1 and "next_sentence_labels" in lines[0] and str(shard) in lines[0], res.stderr
 
 
+@pytest.fixture(scope="module")
+def four_shards(fixtures, tmp_path_factory) -> Path:
+    """A dataset folder of four shards: enough for three workers to finish files out of order."""
+    folder = tmp_path_factory.mktemp("four_shards")
+    shards = [folder / f"wiki_{i:05d}.tfrecord" for i in range(4)]
+    res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt", f"--vocab_file={VOCAB}",
+                   "--output_file=" + ",".join(map(str, shards)),
+                   "--index_file=" + ",".join(str(p.with_suffix(".index")) for p in shards),
+                   "--random_seed=12345", "--dupe_factor=5")
+    assert res.returncode == 0, res.stderr
+    (folder / "dataset.json").write_text(json.dumps({"max_seq_length": 128, "max_predictions_per_seq": 20}))
+    counts = {p.name: len(list(read_records(p))) for p in shards}
+    (folder / "stats.json").write_text(json.dumps({"total": {"instances": sum(counts.values())}}))
+    write_manifest(folder, counts)
+    return folder
+
+
+def _relabel(shard: Path, record: int) -> None:
+    """Give one record of `shard` a next_sentence_label of 2 (parses, breaks an invariant); index kept true."""
+    records = [decode_example(r) for r in read_records(shard)]
+    records[record]["next_sentence_labels"] = [2]
+    write_records(shard, [encode_example([(k, FLOAT if k == "masked_lm_weights" else INT64, v)
+                                          for k, v in ex.items()]) for ex in records],
+                  shard.with_suffix(".index"), overwrite=True)  # a bad label, on purpose
+
+
+def test_verify_in_parallel_says_what_a_serial_run_says(four_shards, tmp_path):
+    """--jobs 3 gives the serial run's output: on a good folder, and on damaged ones its first error line,
+    though the workers also find the later files' problems, and sooner (a problem of an early stage in a
+    later file comes before one of a later stage in an earlier file, as serially)."""
+    def both(folder: Path) -> subprocess.CompletedProcess:
+        serial, parallel = wikiprep("verify", str(folder)), wikiprep("verify", str(folder), "--jobs", "3")
+        assert (parallel.returncode, parallel.stdout, parallel.stderr) == \
+               (serial.returncode, serial.stdout, serial.stderr)
+        return serial
+
+    good = both(four_shards)
+    assert good.returncode == 0 and good.stdout.startswith(f"OK {four_shards}: "), good.stderr
+    assert " in 4 files" in good.stdout
+
+    labels = tmp_path / "labels"
+    shutil.copytree(four_shards, labels)
+    _relabel(labels / "wiki_00002.tfrecord", 3)
+    _relabel(labels / "wiki_00003.tfrecord", 0)  # the serial run never reads it: its error must not show
+    write_manifest(labels, {p.name: len(list(read_records(p))) for p in labels.glob("*.tfrecord")}, overwrite=True)
+    bad = both(labels)
+    assert bad.returncode == 1 and bad.stderr.splitlines() == [
+        f"wikiprep: error: {labels / 'wiki_00002.tfrecord'}: batch from record 0: "
+        f"record 3 of the batch: next_sentence_labels not 0 or 1"], bad.stderr
+
+    stages = tmp_path / "stages"
+    shutil.copytree(four_shards, stages)
+    _relabel(stages / "wiki_00001.tfrecord", 5)  # parsing: the last stage
+    index = stages / "wiki_00003.index"
+    index.write_text("".join(index.read_text().splitlines(keepends=True)[1:]))  # its first record left out
+    write_manifest(stages, {p.name: len(list(read_records(p))) for p in stages.glob("*.tfrecord")}, overwrite=True)
+    bad = both(stages)
+    assert bad.returncode == 1 and bad.stderr.splitlines() == [
+        f"wikiprep: error: {index}: index does not match wiki_00003.tfrecord"], bad.stderr
+
+
 def test_inspect_shows_tokens_with_the_vocab_beside(dataset):
     res = wikiprep("inspect", str(dataset / "wiki_00000.tfrecord"), "-n", "2")
     assert res.returncode == 0, res.stderr

@@ -181,3 +181,21 @@ def test_manifest_lists_data_files_and_catches_changes(tmp_path):
     (tmp_path / "b.tfrecord").write_bytes(b"bbbx")
     with pytest.raises(PrepError, match="b.tfrecord: checksum differs"):
         manifest.check_manifest(tmp_path)
+
+
+def test_manifest_takes_the_hashes_writers_recorded_and_checks_their_sizes(tmp_path):
+    """Known files are not read again: a recorded hash is what the manifest lists (a wrong one shows it);
+    other files are hashed. A known file of another size, or missing, is refused."""
+    atomic.write_bytes(tmp_path / "a.tfrecord", b"aa")
+    atomic.write_bytes(tmp_path / "b.tfrecord", b"bbbb")
+    recorded = {"a.tfrecord": {"sha256": "0" * 64, "size": 2}}
+    m = manifest.build_manifest(tmp_path, {}, known_files=recorded)
+    assert [(f["path"], f["sha256"]) for f in m["files"]] == [
+        ("a.tfrecord", "0" * 64), ("b.tfrecord", atomic.sha256_file(tmp_path / "b.tfrecord"))]
+    true = {"a.tfrecord": {"sha256": atomic.sha256_file(tmp_path / "a.tfrecord"), "size": 2}}
+    assert manifest.build_manifest(tmp_path, {"a.tfrecord": 1}, known_files=true) == \
+        manifest.build_manifest(tmp_path, {"a.tfrecord": 1})
+    with pytest.raises(PrepError, match=r"a\.tfrecord: 2 bytes, but its writer recorded 3"):
+        manifest.build_manifest(tmp_path, {}, known_files={"a.tfrecord": {"sha256": "0" * 64, "size": 3}})
+    with pytest.raises(PrepError, match=r"c\.tfrecord: missing, but its writer recorded it"):
+        manifest.build_manifest(tmp_path, {}, known_files={"c.tfrecord": {"sha256": "0" * 64, "size": 3}})

@@ -1,5 +1,6 @@
 """The Luigi layer end to end on the embedded samples, through the `luigi` command line as users run it."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -67,6 +68,14 @@ def test_demo_builds_every_output(demo):
     assert n == stats["total"]["instances"]
     manifest = json.loads((dataset / "MANIFEST.json").read_text())
     assert sum(f.get("records", 0) for f in manifest["files"]) == n
+    # The manifest's shard and index hashes are those the shard tasks recorded, and they are the files' own.
+    listed = {f["path"]: (f["sha256"], f["size"]) for f in manifest["files"]}
+    for shard in shards:
+        receipt = json.loads((dataset / ".receipts" / f"{shard.name}.json").read_text())
+        index = dataset / receipt["index"]["file"]
+        assert listed[shard.name] == (receipt["sha256"], receipt["size"])
+        assert listed[index.name] == (receipt["index"]["sha256"], receipt["index"]["size"])
+        assert receipt["index"]["sha256"] == hashlib.sha256(index.read_bytes()).hexdigest()
 
     for tool, folder in (("wikiprep", dataset), ("imagenet-prep", Path(summary["imagenet_dataset"]))):
         r = subprocess.run([str(Path(sys.executable).with_name(tool)), "verify", str(folder)],

@@ -3,7 +3,7 @@
     wikiprep create-pretraining-data --input_file=a.txt,b*.txt --output_file=out.tfrecord --vocab_file=vocab.txt ...
     wikiprep create-pretraining-data --flagfile=flags.txt
     wikiprep inspect FILE [-n N]
-    wikiprep verify PATH
+    wikiprep verify PATH [--jobs N]
     wikiprep stats DIR --out REPORT_DIR
 
 `create-pretraining-data` is a drop-in for google-research/bert's create_pretraining_data.py:
@@ -34,7 +34,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from shardkit.cli import error_line, run
+from shardkit.cli import at_least_one, error_line, run
 from shardkit.errors import PrepError, excerpt
 
 from . import instances, reader, remask, stats, verify
@@ -140,16 +140,6 @@ def expand_flagfiles(args: list[str]) -> list[str]:
     return out
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def expand_input_patterns(spec: str) -> list[str]:
     """The original's `--input_file`: comma-separated globs, in the order given, each sorted."""
     files: list[str] = []
@@ -244,11 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="print the first records of a TFRecord or HDF5 file, decoded")
     i.add_argument("file")
-    i.add_argument("-n", type=_at_least_one, default=3, help="records to show (default 3)")
+    i.add_argument("-n", type=at_least_one, default=3, help="records to show (default 3)")
 
     v = sub.add_parser("verify", help="check a dataset folder, or any record file or folder without a manifest; "
                                       "one line and exit 1 on the first problem")
     v.add_argument("path")
+    v.add_argument("--jobs", type=at_least_one, default=1,
+                   help="worker processes checking files in parallel, each with its own TensorFlow (default 1; "
+                        "the output and the first error do not depend on it)")
 
     s = sub.add_parser("stats", help="counts and histograms of a dataset folder")
     s.add_argument("dir")
@@ -262,7 +255,7 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 def _verify(args: argparse.Namespace) -> None:
-    summary = verify.verify(args.path)
+    summary = verify.verify(args.path, jobs=args.jobs)
     print(f"OK {args.path}: {summary['records']} records in {summary['files']} files, "
           f"{summary['bytes']} bytes, seq {summary['max_seq_length']}, "
           f"{summary['max_predictions_per_seq']} predictions ({reader.KIND_NAMES[summary['kind']]})"

@@ -154,7 +154,8 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
 
 
 def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shard_stats: list[dict],
-             sentence_stats: dict, output_format: str = instances.TFRECORD) -> dict:
+             sentence_stats: dict, output_format: str = instances.TFRECORD, *,
+             known_files: dict[str, dict] | None = None) -> dict:
     """Close a dataset whose shards are all written: vocab.txt, stats.json, then MANIFEST.json (returned).
 
     `shard_stats[i]` is what `write_shard` returned for shard i (`shard_name(i, output_format)`);
@@ -163,6 +164,8 @@ def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shar
     stats.json holds the totals of every numeric stat, each shard's stats, and the dropped
     documents. Temporaries left by a lost node or a duplicate run are removed first (all shards are
     committed by now). PrepError when the folder holds another dataset, or when no shard has an instance.
+    `known_files` ({name: {"sha256", "size"}}, the shard and index files as their writers hashed them)
+    spares reading them again for MANIFEST.json (`build_manifest`); files not in it are hashed here.
     """
     folder = Path(folder)
     claim_folder(folder, description)
@@ -181,4 +184,4 @@ def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shar
         raise PrepError(f"{folder}: the corpus gave no instances; is the dump empty or --min-doc-chars too high?")
     write_json(folder / "stats.json",
                {"total": totals, "shards": shards, "dropped_documents": sentence_stats["dropped"]})
-    return write_manifest(folder, counts, extra={"dataset": description})
+    return write_manifest(folder, counts, extra={"dataset": description}, known_files=known_files)

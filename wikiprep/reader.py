@@ -162,26 +162,31 @@ def batches(records: RecordFiles) -> Iterator[tuple[Path, dict]]:
     """(file, batch) for every instance of `records`, in file order: standard-layout numpy batches (BERT_INSTANCE's
     features and shapes, int64 and float32), whatever the kind. PrepError naming the file and record that breaks
     its layout."""
-    tf = import_tensorflow() if records.kind != HDF5 else None
-    pad_position = records.description.get("pad_position_value")
     for path in records.files:
-        if records.kind == HDF5:
-            if hdf5.file_dims(path) != records.dims:
-                raise PrepError(f"{path}: seq {hdf5.file_dims(path)[SEQ]}, {hdf5.file_dims(path)[PRED]} predictions; "
-                                f"expected seq {records.dims[SEQ]}, {records.dims[PRED]} predictions")
-            for b in hdf5.read_batches(path, BATCH):
-                yield path, b
-        elif records.kind == REMASK:
-            done = 0
-            for b in _parsed_batches(tf, records, path):
-                try:
-                    yield path, remask.to_standard(b, records.dims[PRED], pad_position)
-                except ValueError as e:
-                    raise PrepError(f"{path}: batch from record {done}: {e}") from None
-                done += len(b["input_ids"])
-        else:
-            for b in _parsed_batches(tf, records, path):
-                yield path, b
+        for b in file_batches(records, path):
+            yield path, b
+
+
+def file_batches(records: RecordFiles, path: Path) -> Iterator[dict]:
+    """The batches of one file of `records` (see `batches`): one file alone, so files can be read in parallel."""
+    if records.kind == HDF5:
+        if hdf5.file_dims(path) != records.dims:
+            raise PrepError(f"{path}: seq {hdf5.file_dims(path)[SEQ]}, {hdf5.file_dims(path)[PRED]} predictions; "
+                            f"expected seq {records.dims[SEQ]}, {records.dims[PRED]} predictions")
+        yield from hdf5.read_batches(path, BATCH)
+        return
+    tf = import_tensorflow()
+    if records.kind == REMASK:
+        pad_position = records.description.get("pad_position_value")
+        done = 0
+        for b in _parsed_batches(tf, records, path):
+            try:
+                yield remask.to_standard(b, records.dims[PRED], pad_position)
+            except ValueError as e:
+                raise PrepError(f"{path}: batch from record {done}: {e}") from None
+            done += len(b["input_ids"])
+    else:
+        yield from _parsed_batches(tf, records, path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Checking a finished BERT dataset folder: `verify(path)` stops at the first problem with one PrepError line.
 
 It checks MANIFEST.json checksums and record counts, every index file against its shard, the
-instance total in stats.json, and reads every record (`reader.batches`: TensorFlow with the
+instance total in stats.json, and reads every record (`reader.file_batches`: TensorFlow with the
 schema of the folder's layout at its dimensions, or h5py for NVIDIA's HDF5 files) and checks the
 invariants every instance of the generator keeps (`check_batch`, on the standard layout; a
 remask record is first checked and rearranged back by `remask.to_standard`).
@@ -9,14 +9,16 @@ remask record is first checked and rearranged back by `remask.to_standard`).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, check_manifest
+from shardkit.pool import file_map
 from shardkit.records import check_index, index_path_for
 
-from .reader import HDF5, batches, count_records, open_records
+from .reader import HDF5, RecordFiles, count_records, file_batches, open_records
 from .schema import SEQ
 
 
@@ -53,32 +55,38 @@ def check_batch(b: dict, seq: int) -> str | None:
     return None
 
 
-def verify(path: str | Path) -> dict:
+def verify(path: str | Path, jobs: int = 1) -> dict:
     """Check a BERT dataset folder, or record files without a manifest; PrepError naming the first problem.
 
     A folder with MANIFEST.json gets every check of the module docstring. A record file (TFRecord
     in either layout, or HDF5), or a folder of them without MANIFEST.json, gets the record checks
     only (framing and CRCs, the index beside a TFRecord when there is one, parsing, invariants); a
     folder with dataset.json but no MANIFEST.json is an unfinished dataset and is refused.
+    `jobs` worker processes check files in parallel (`shardkit.pool.file_map`): each stage's files
+    in file order, so the summary and the first problem are those of `jobs` 1.
     Returns a summary: files, records, bytes, the dimensions, the kind, and whether a manifest was checked.
     """
-    path = Path(path)
+    with file_map(jobs) as each_file:
+        return _verify(Path(path), each_file)
+
+
+def _verify(path: Path, each_file) -> dict:
     with_manifest = path.is_dir() and (path / MANIFEST).exists()
     if path.is_dir() and not with_manifest and (path / "dataset.json").is_file():
         raise PrepError(f"{path}: dataset.json but no {MANIFEST}: an unfinished dataset (run its task again to "
                         f"finish it)")
-    manifest = check_manifest(path) if with_manifest else None  # checksums first: before any record is read
+    manifest = check_manifest(path, each_file) if with_manifest else None  # checksums first: before any record is read
     records = open_records(path)
     files = records.files
     counts: dict[Path, int] = {}
     if manifest is not None:
         listed = {e["path"]: e for e in manifest.get("files", [])}
+        counted = each_file(functools.partial(_count, records), files)
         for file in files:
             rel = file.relative_to(path).as_posix()
             if rel not in listed:
                 raise PrepError(f"{file}: not listed in {MANIFEST}")
-            counts[file] = count_records(records, file) if records.kind == HDF5 \
-                else check_index(file, index_path_for(file))
+            counts[file] = next(counted)  # a problem of this file's index, after its listing as serially
             expected = listed[rel].get("records")
             if expected is not None and expected != counts[file]:
                 raise PrepError(f"{file}: {counts[file]} records but {MANIFEST} says {expected}")
@@ -91,18 +99,29 @@ def verify(path: str | Path) -> dict:
             if declared is not None and declared != sum(counts.values()):
                 raise PrepError(f"{stats_path}: says {declared} instances but the shards hold {sum(counts.values())}")
     elif records.kind != HDF5:
-        for file in files:  # an index is not required here, but one beside its file must match it
-            if index_path_for(file).is_file():
-                counts[file] = check_index(file, index_path_for(file))
-    parsed = dict.fromkeys(files, 0)
-    for file, batch in batches(records):
-        problem = check_batch(batch, records.dims[SEQ])
-        if problem:
-            raise PrepError(f"{file}: batch from record {parsed[file]}: {problem}")
-        parsed[file] += len(batch["input_ids"])
+        indexed = [file for file in files if index_path_for(file).is_file()]  # not required, but one must match
+        counts.update(zip(indexed, each_file(functools.partial(_count, records), indexed)))
+    parsed = dict(zip(files, each_file(functools.partial(_parse, records), files)))
     for file, n in parsed.items():
         if file in counts and n != counts[file]:
             raise PrepError(f"{file}: {n} records read, the {'file' if records.kind == HDF5 else 'index'} "
                             f"lists {counts[file]}")
     return {"files": len(files), "records": sum(parsed.values()), **records.dims, "kind": records.kind,
             "manifest": with_manifest, "bytes": sum(p.stat().st_size for p in files)}
+
+
+def _count(records: RecordFiles, file: Path) -> int:
+    """The records of one file, without parsing them: HDF5's row count, or the TFRecord framing and CRCs,
+    checked against the file's index."""
+    return count_records(records, file) if records.kind == HDF5 else check_index(file, index_path_for(file))
+
+
+def _parse(records: RecordFiles, file: Path) -> int:
+    """Parse every record of one file and check each batch (`check_batch`); returns the records parsed."""
+    parsed = 0
+    for batch in file_batches(records, file):
+        problem = check_batch(batch, records.dims[SEQ])
+        if problem:
+            raise PrepError(f"{file}: batch from record {parsed}: {problem}")
+        parsed += len(batch["input_ids"])
+    return parsed

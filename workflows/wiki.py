@@ -19,9 +19,10 @@ from pathlib import Path
 import luigi
 from luigi.util import inherits, requires
 
-from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps,
+from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
                              write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
+from shardkit.records import index_path_for
 from wikiprep import dataset, download, extract, instances, remask, sentences, vocab
 from wikiprep.options import GenerationOptions
 from wikiprep.schema import PAD_POSITION_VALUE
@@ -430,7 +431,12 @@ class PretrainShard(PretrainTask):
         stats = dataset.write_shard(self.input()["sentences"].path,
                                     self.vocab_path(), out, dataclasses.replace(self.options, random_seed=seed),
                                     self.description(), layout=self.layout, pad_position_value=self.pad_position_value)
-        write_receipt(out, seed=seed, stats=stats)
+        # The index's hash too, taken here where the shard was written, so that PretrainDataset's
+        # manifest reads neither file again (HDF5 shards have no index).
+        index = index_path_for(out)
+        written = {"index": {"file": index.name, "size": index.stat().st_size, "sha256": sha256_file(index)}} \
+            if out.suffix == ".tfrecord" else {}
+        write_receipt(out, seed=seed, stats=stats, **written)
 
 
 class PretrainDataset(PretrainTask):
@@ -450,10 +456,29 @@ class PretrainDataset(PretrainTask):
         return ReceiptTarget(self.dataset_dir / "MANIFEST.json")
 
     def run(self):
-        dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(),
-                         [t.receipt()["stats"] for t in self.input()],
-                         self.clone(SentenceShards).stats(), output_format=self.output_format)
+        receipts = [t.receipt() for t in self.input()]
+        dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(), [r["stats"] for r in receipts],
+                         self.clone(SentenceShards).stats(), output_format=self.output_format,
+                         known_files=written_files(receipts))
         write_receipt(self.output().path)
+
+
+def written_files(shard_receipts: list[dict]) -> dict[str, dict]:
+    """{name: {"sha256", "size"}} of every shard file and index file, as the PretrainShard receipts give them.
+
+    MANIFEST.json takes these instead of hashing the whole dataset again in this one task (214 GB,
+    minutes, for English Wikipedia). Trust: they are what every shard's complete() already relies on
+    (a receipt is committed after its file, and read_receipt checks the file still has the size it
+    names), and build_manifest checks each size again. `wikiprep verify` hashes every file against
+    the manifest independently. A receipt written before indexes were recorded names no index: that
+    index is hashed by finalize, as before.
+    """
+    files = {}
+    for r in shard_receipts:
+        files[r["file"]] = {"sha256": r["sha256"], "size": r["size"]}
+        if "index" in r:
+            files[r["index"]["file"]] = {"sha256": r["index"]["sha256"], "size": r["index"]["size"]}
+    return files
 
 
 class Pretrain128(PretrainDataset):

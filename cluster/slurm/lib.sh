@@ -53,8 +53,14 @@ run_stage() {
     return "$rc"
   fi
   if [ "$stage" = finalize ]; then
-    "$BIN/wikiprep" verify "$DATASET_DIR"
+    "$BIN/wikiprep" verify --jobs "$(verify_jobs)" "$DATASET_DIR"
   fi
+}
+
+# The worker processes of `wikiprep verify`: the CPUs Slurm gave this job on this node (--cpus-per-task,
+# else every CPU of the node's allocation). Each is a TensorFlow process (~0.55 GB resident).
+verify_jobs() {
+  echo "${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-1}}"
 }
 
 # keep_luigid LUIGID_ARGS...: luigid, started again whenever it dies (a crash, the OOM killer) until
@@ -122,7 +128,7 @@ run_allocation() {
   kill -TERM "$luigid_pid" 2>/dev/null
   wait "$luigid_pid"
   rm -rf "$state"
-  "$BIN/wikiprep" verify "$DATASET_DIR"
+  "$BIN/wikiprep" verify --jobs "$(verify_jobs)" "$DATASET_DIR"
   local rc=$?
   echo "wikiprep: workers exited $workers_rc, verify exited $rc" >&2
   return "$rc"
