@@ -71,7 +71,8 @@ def bert_dataset(tmp_path_factory) -> Path:
         with RecordWriter(path, index_path_for(path)) as w:
             for _ in range(600):
                 w.write(_bert_instance(rng))
-    (folder / "vocab.txt").write_text("".join(f"tok{i}\n" for i in range(VOCAB)))
+    names = {0: "[PAD]", CLS: "[CLS]", SEP: "[SEP]", MASK: "[MASK]"}
+    (folder / "vocab.txt").write_text("".join(names.get(i, f"tok{i}") + "\n" for i in range(VOCAB)))
     return folder
 
 
@@ -152,7 +153,8 @@ BERT_COLUMNS = ["step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_acc
 
 def test_train_bert_loss_falls(bert_dataset, tmp_path):
     steps = 120
-    result = train_bert(bert_dataset, tmp_path / "out", steps=steps, batch_size=32, seed=0, holdout_files=1)
+    result = train_bert(bert_dataset, tmp_path / "out", steps=steps, batch_size=32, seed=0, holdout_files=1,
+                        compact_vocab=True)
     losses = _assert_outputs(tmp_path / "out", steps, BERT_COLUMNS)
     rows = _read_metrics(tmp_path / "out")
     for r in rows:  # loss is the sum of the two heads' losses
@@ -171,6 +173,9 @@ def test_train_bert_loss_falls(bert_dataset, tmp_path):
     assert result["first_loss"] == pytest.approx(first, rel=1e-4)
     assert result["last_loss"] == pytest.approx(last, rel=1e-4)
     assert (result["seq_length"], result["max_predictions_per_seq"], result["vocab_size"]) == (SEQ, MAX_PRED, VOCAB)
+    # The text's words (Zipf-drawn from 990), [CLS], [SEP], [MASK]'s id, and one id for whatever else.
+    assert 800 < result["model_vocab_size"] < VOCAB - 5
+    assert 0 < result["eval_mlm_loss_mask_slots"] and 0 <= result["eval_mlm_accuracy_mask_slots"] <= 1
     assert result["steps"] == steps and result["seconds_per_step"] > 0
 
 
