@@ -71,7 +71,8 @@ def bert_dataset(tmp_path_factory) -> Path:
         with RecordWriter(path, index_path_for(path)) as w:
             for _ in range(600):
                 w.write(_bert_instance(rng))
-    (folder / "vocab.txt").write_text("".join(f"tok{i}\n" for i in range(VOCAB)))
+    names = {0: "[PAD]", CLS: "[CLS]", SEP: "[SEP]", MASK: "[MASK]"}
+    (folder / "vocab.txt").write_text("".join(names.get(i, f"tok{i}") + "\n" for i in range(VOCAB)))
     return folder
 
 
@@ -147,13 +148,24 @@ def _assert_outputs(out: Path, steps: int, columns: list[str]) -> list[float]:
     return [float(r["loss"]) for r in rows]
 
 
+BERT_COLUMNS = ["step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "examples_per_s"]
+
+
 def test_train_bert_loss_falls(bert_dataset, tmp_path):
     steps = 120
-    result = train_bert(bert_dataset, tmp_path / "out", steps=steps, batch_size=32, seed=0)
-    losses = _assert_outputs(tmp_path / "out", steps, ["step", "loss", "mlm_loss", "nsp_loss"])
+    result = train_bert(bert_dataset, tmp_path / "out", steps=steps, batch_size=32, seed=0, holdout_files=1,
+                        compact_vocab=True)
+    losses = _assert_outputs(tmp_path / "out", steps, BERT_COLUMNS)
     rows = _read_metrics(tmp_path / "out")
     for r in rows:  # loss is the sum of the two heads' losses
         assert float(r["loss"]) == pytest.approx(float(r["mlm_loss"]) + float(r["nsp_loss"]), rel=1e-4, abs=1e-4)
+        assert 0 <= float(r["mlm_accuracy"]) <= 1 and 0 <= float(r["nsp_accuracy"]) <= 1
+        assert float(r["examples_per_s"]) > 0
+    # Accuracy grows with training, on the shard trained on and on the one held out.
+    mean = lambda col, part: sum(float(r[col]) for r in part) / len(part)  # noqa: E731
+    assert mean("mlm_accuracy", rows[-10:]) > mean("mlm_accuracy", rows[:10]) + 0.05
+    assert result["files"] == 1 and result["eval_files"] == 1 and result["eval_examples"] == 600
+    assert result["eval_mlm_loss"] < 6.0 and result["eval_mlm_accuracy"] > 0.05, result
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     # Untrained, MLM loss is about ln(1000) = 6.9 and NSP ln(2) = 0.69.
     assert 6.0 < first < 9.0
@@ -161,19 +173,66 @@ def test_train_bert_loss_falls(bert_dataset, tmp_path):
     assert result["first_loss"] == pytest.approx(first, rel=1e-4)
     assert result["last_loss"] == pytest.approx(last, rel=1e-4)
     assert (result["seq_length"], result["max_predictions_per_seq"], result["vocab_size"]) == (SEQ, MAX_PRED, VOCAB)
+    # The text's words (Zipf-drawn from 990), [CLS], [SEP], [MASK]'s id, and one id for whatever else.
+    assert 800 < result["model_vocab_size"] < VOCAB - 5
+    assert 0 < result["eval_mlm_loss_mask_slots"] and 0 <= result["eval_mlm_accuracy_mask_slots"] <= 1
     assert result["steps"] == steps and result["seconds_per_step"] > 0
 
 
 def test_train_imagenet_loss_falls(imagenet_dataset, tmp_path):
     steps = 100
     result = train_imagenet(imagenet_dataset, tmp_path / "out", steps=steps, batch_size=16, image_size=32, seed=0)
-    losses = _assert_outputs(tmp_path / "out", steps, ["step", "loss"])
+    losses = _assert_outputs(tmp_path / "out", steps, ["step", "loss", "accuracy", "examples_per_s"])
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     assert first > 5.0  # untrained: about ln(1000) = 6.9
     assert last < first - 3.0, (first, last)
     assert result["first_loss"] == pytest.approx(first, rel=1e-4)
     assert result["last_loss"] == pytest.approx(last, rel=1e-4)
     assert result["files"] == 2
+
+
+def _overfit_instance(rng: random.Random, seq: int, pred: int, real: int, decoy: int) -> bytes:
+    """`real` masked slots of weight 1, then padding slots of weight 0 that point at the first real
+    slot's position with another answer (`decoy`): a loss that ignored masked_lm_weights would have
+    to predict two answers at one place, and could not reach 0."""
+    n = seq - 4
+    tokens = [CLS] + rng.choices(_WORDS[:50], k=n) + [SEP]
+    positions = sorted(rng.sample(range(1, n + 1), real))
+    labels = [tokens[p] for p in positions]
+    for p in positions:
+        tokens[p] = MASK
+    pad = seq - len(tokens)
+    return encode_example([
+        ("input_ids", INT64, tokens + [0] * pad),
+        ("input_mask", INT64, [1] * len(tokens) + [0] * pad),
+        ("segment_ids", INT64, [0] * seq),
+        ("masked_lm_positions", INT64, positions + [positions[0]] * (pred - real)),
+        ("masked_lm_ids", INT64, labels + [decoy] * (pred - real)),
+        ("masked_lm_weights", FLOAT, [1.0] * real + [0.0] * (pred - real)),
+        ("next_sentence_labels", INT64, [rng.random() < 0.5]),
+    ])
+
+
+def test_bert_overfits_a_fixed_batch_on_weighted_slots_only(tmp_path):
+    """Eight instances, batch 8: the model sees the same batch every step and must learn it by heart,
+    masked-LM answers (weighted slots only) and next-sentence labels alike."""
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    rng = random.Random(5)
+    with RecordWriter(folder / "wiki_00000.tfrecord") as w:
+        for _ in range(8):
+            w.write(_overfit_instance(rng, seq=24, pred=6, real=2, decoy=VOCAB - 1))
+    (folder / "vocab.txt").write_text("".join(f"tok{i}\n" for i in range(VOCAB)))
+    steps = 60
+    result = train_bert(folder, tmp_path / "out", steps=steps, batch_size=8, learning_rate=1e-2, warmup_fraction=0.05)
+    rows = _read_metrics(tmp_path / "out")
+    assert list(rows[0]) == BERT_COLUMNS and len(rows) == steps
+    assert float(rows[0]["mlm_loss"]) > 5.0  # untrained: about ln(1000)
+    # Weights ignored, each instance's 4 decoys (weight 0) would share a place with its first real slot:
+    # the best answer there is 4/5 decoy, so loss >= 5/6 * H(1/5, 4/5) = 0.42 and accuracy <= 5/6.
+    assert result["last_mlm_loss"] < 0.1, result
+    assert result["last_mlm_accuracy"] == 1.0
+    assert result["last_nsp_loss"] < 0.2 and result["last_nsp_accuracy"] == 1.0, result
 
 
 def test_bert_bad_input(tmp_path, bert_dataset):

@@ -4,7 +4,9 @@
 TensorFlow's reader and the parse spec of `IMAGENET_IMAGE` (the two features it needs), decodes
 the JPEGs with `tf.io.decode_jpeg` (as every ImageNet trainer does), shrinks them, and trains a
 tiny CNN with 1000 outputs on `image/class/label - 1` (labels run 1..1000, 0 being the unused
-background class of build_imagenet_data.py). It writes `metrics.csv` (step,loss) and `loss.png`.
+background class of build_imagenet_data.py), with Adam under a linear warm-up and decay. It writes
+`metrics.csv` (step, loss, accuracy, examples/s) and `loss.png`, and with `evaluate_validation`
+scores the `validation-*-of-*` shards, which it never trains on.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from shardkit.errors import PrepError
 from shardkit.example import decode_example_kinds
 from shardkit.records import find_files
 
-from .loop import check_params, find_bad_file, first_line, first_record, set_seeds, train_and_record
+from .loop import (check_params, find_bad_file, first_line, first_record, set_seeds, train_and_record,
+                   warmup_then_decay)
 
 NUM_CLASSES = 1000
-IMAGENET_COLUMNS = ("step", "loss")
+IMAGENET_COLUMNS = ("step", "loss", "accuracy", "examples_per_s")
 TRAINED_FEATURES = ("image/encoded", "image/class/label")  # of the 15: all the classifier reads
 # Shard names as build_imagenet_data.py writes them; the glob alone would also take temporaries.
 TRAIN_SHARD_GLOB = "train-*-of-*"
 TRAIN_SHARD_RE = r"train-\d+-of-\d+"
+VALIDATION_SHARD_GLOB = "validation-*-of-*"
+VALIDATION_SHARD_RE = r"validation-\d+-of-\d+"
 
 
 def _check_first_record(path: Path, data: bytes) -> None:
@@ -58,11 +63,14 @@ def build_tiny_cnn(image_size: int):
 
 def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps: int = 300,
                    batch_size: int = 32, image_size: int = 32, seed: int = 0,
-                   learning_rate: float = 1e-3) -> dict:
+                   learning_rate: float = 1e-3, warmup_fraction: float = 0.1, evaluate_validation: bool = False,
+                   eval_batches: int = 50) -> dict:
     """Train a tiny CNN on the `train-*-of-*` shards of `dataset_dir` for `steps` steps.
 
-    Writes `out_dir/metrics.csv` (step,loss) and `out_dir/loss.png`, and returns first/last
-    loss (means over the first/last 10 steps) and timings. Bad input raises PrepError.
+    Writes `out_dir/metrics.csv` (`IMAGENET_COLUMNS`) and `out_dir/loss.png`, and returns first/last
+    loss (means over the first/last 10 steps), the last steps' accuracy and timings. With
+    `evaluate_validation`, up to `eval_batches` batches of the `validation-*-of-*` shards are scored
+    after training (`validation_*` keys). Bad input raises PrepError.
     """
     dataset_dir = Path(dataset_dir)
     check_params(steps, batch_size)
@@ -70,16 +78,17 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
         raise PrepError(f"--image-size must be at least 8, got {image_size}")
     steps, batch_size, image_size = int(steps), int(batch_size), int(image_size)
     files = find_files(dataset_dir, TRAIN_SHARD_GLOB, TRAIN_SHARD_RE)
+    val_files = find_files(dataset_dir, VALIDATION_SHARD_GLOB, VALIDATION_SHARD_RE) if evaluate_validation else []
 
     import keras
     import tensorflow as tf
 
     nonempty = 0
-    for path in files:
+    for path in [*files, *val_files]:
         data = first_record(path)
         if data is not None:
             _check_first_record(path, data)
-            nonempty += 1
+            nonempty += path in files
     if not nonempty:
         raise PrepError(f"{dataset_dir}: the {TRAIN_SHARD_GLOB} shards hold no records")
 
@@ -100,7 +109,8 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
     ds = ds.batch(batch_size, drop_remainder=True).prefetch(2)
 
     model = build_tiny_cnn(image_size)
-    optimizer = keras.optimizers.Adam(learning_rate=learning_rate)
+    optimizer = keras.optimizers.Adam(learning_rate=warmup_then_decay(float(learning_rate), steps,
+                                                                      float(warmup_fraction)))
     optimizer.build(model.trainable_variables)
 
     @tf.function
@@ -111,7 +121,31 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return {"loss": loss}
+        return {"loss": loss, "accuracy": _hits(tf, logits, labels) / tf.cast(tf.shape(labels)[0], tf.float32)}
+
+    def evaluate() -> dict:
+        """The validation shards, in order, once (up to `eval_batches` batches): mean loss and accuracy."""
+        if not val_files:
+            return {}
+        val_ds = tf.data.TFRecordDataset([str(p) for p in val_files]).map(decode).batch(batch_size)
+
+        @tf.function
+        def val_step(images, labels):
+            logits = model(images)
+            ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            return tf.reduce_sum(ce), _hits(tf, logits, labels)
+
+        ce = hits = n = 0.0
+        try:
+            for images, labels in val_ds.take(int(eval_batches)):
+                batch_ce, batch_hits = val_step(images, labels)
+                ce, hits, n = ce + float(batch_ce), hits + float(batch_hits), n + int(labels.shape[0])
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            on_error(e)
+        if not n:
+            raise PrepError(f"{dataset_dir}: the {VALIDATION_SHARD_GLOB} shards hold no records")
+        return {"validation_files": len(val_files), "validation_examples": int(n), "validation_loss": ce / n,
+                "validation_accuracy": hits / n}
 
     def check_one(data: bytes) -> None:
         image, label = decode(tf.constant(data))
@@ -120,10 +154,14 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
 
     def on_error(e):
         if isinstance(e, (tf.errors.DataLossError, tf.errors.InvalidArgumentError)):
-            find_bad_file(files, parse=check_one)
+            find_bad_file([*files, *val_files], parse=check_one)
             raise PrepError(f"{dataset_dir}: bad record: {first_line(e)}") from None
         raise PrepError(f"{dataset_dir}: ran out of records: {first_line(e)}") from None
 
     return train_and_record(train_step, ds, steps, IMAGENET_COLUMNS, on_error, out_dir,
-                            title=f"tiny CNN on {dataset_dir.name}", batch_size=batch_size, image_size=image_size,
-                            files=len(files))
+                            title=f"tiny CNN on {dataset_dir.name}", evaluate=evaluate, batch_size=batch_size,
+                            image_size=image_size, files=len(files))
+
+
+def _hits(tf, logits, labels):
+    return tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32))

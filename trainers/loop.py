@@ -2,8 +2,10 @@
 
 A trainer checks its parameters (`check_params`) and the first record of every file
 (`first_record`) before building a model, then `train_and_record` runs the steps, commits
-metrics.csv and loss.png, and returns the summary every trainer reports. When TensorFlow's reader fails mid-run, `find_bad_file` re-reads the files to
-name the one at fault, and `first_line` keeps the line of TensorFlow's message that says why.
+metrics.csv and loss.png, and returns the summary every trainer reports. When TensorFlow's reader
+fails mid-run, `find_bad_file` re-reads the files to name the one at fault, and `first_line` keeps
+the line of TensorFlow's message that says why. `warmup_then_decay` is the learning-rate schedule
+of BERT's recipes (google-research/bert, NVIDIA, Graphcore): linear warm-up, then linear decay to 0.
 """
 
 from __future__ import annotations
@@ -26,14 +28,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # set before the trainers im
 METRICS_FILE = "metrics.csv"
 PLOT_FILE = "loss.png"
 SUMMARY_WINDOW = 10  # first/last loss are means over this many steps: one step's loss is noisy
-TIMINGS = ("first_step_seconds", "seconds_per_step")  # the keys of a result that differ from run to run
+TIMINGS = ("first_step_seconds", "seconds_per_step", "examples_per_s")  # result keys that differ from run to run
+THROUGHPUT = "examples_per_s"  # the metrics.csv column of examples per second, measured per step (data wait included)
 
 
 def write_metrics(out_dir: str | os.PathLike, rows: Sequence[dict], columns: Sequence[str],
                   title: str = "training loss") -> tuple[Path, Path]:
     """Commit `out_dir/metrics.csv` (a header, then a row per step) and `out_dir/loss.png`.
 
-    Every column but `step` is drawn against `step`. Both files are written atomically.
+    The `*loss` columns are drawn against `step`, the `*accuracy` ones in a panel below. Both files are
+    written atomically, and replace those of an earlier run: a training run is a measurement (its
+    examples/s differ from run to run), not data that a second run must reproduce byte for byte.
     """
     out_dir = Path(out_dir)
     csv_path, png_path = out_dir / METRICS_FILE, out_dir / PLOT_FILE
@@ -42,8 +47,8 @@ def write_metrics(out_dir: str | os.PathLike, rows: Sequence[dict], columns: Seq
     writer.writerow(columns)
     for row in rows:
         writer.writerow([_format_cell(row[c]) for c in columns])
-    write_text(csv_path, text.getvalue())
-    write_png(_loss_figure(rows, columns, title), png_path)
+    write_text(csv_path, text.getvalue(), overwrite=True)
+    write_png(_loss_figure(rows, columns, title), png_path, overwrite=True)
     return csv_path, png_path
 
 
@@ -54,18 +59,21 @@ def _format_cell(value) -> str:
 
 
 def _loss_figure(rows: Sequence[dict], columns: Sequence[str], title: str):
-    fig = figure(7, 4)
-    ax = fig.add_subplot(1, 1, 1)
+    panels = [("loss", [c for c in columns if c.endswith("loss")]),
+              ("accuracy", [c for c in columns if c.endswith("accuracy")])]
+    panels = [(label, names) for label, names in panels if names]
+    fig = figure(7, 4 if len(panels) == 1 else 6)
     steps = [r["step"] for r in rows]
-    for name in columns:
-        if name == "step":
-            continue
-        ax.plot(steps, [r[name] for r in rows], label=name, linewidth=1.6 if name == "loss" else 0.9)
+    for i, (label, names) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, i + 1)
+        for name in names:
+            ax.plot(steps, [r[name] for r in rows], label=name, linewidth=1.6 if name == "loss" else 0.9)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best")
+        if i == 0:
+            ax.set_title(title)
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best")
     return fig
 
 
@@ -125,11 +133,13 @@ def first_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error) -> tuple[list[dict], float, float]:
+def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
+              batch_size: int = 0) -> tuple[list[dict], float, float]:
     """Run `train_step(batch) -> dict of scalar tensors` for `steps` batches, one row per step.
 
     Returns the rows, the seconds of the first step (graph tracing included) and the mean
-    seconds of the others. TensorFlow errors go to `on_error(exc)`, which raises a PrepError.
+    seconds of the others. A `THROUGHPUT` column is `batch_size` over the step's wall time, the
+    wait for its batch included. TensorFlow errors go to `on_error(exc)`, which raises a PrepError.
     """
     import tensorflow as tf
 
@@ -139,11 +149,14 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error)
     first_step_s = 0.0
     try:
         for step in range(1, steps + 1):
+            t_step = time.perf_counter()
             out = train_step(next(iterator))
             row = {"step": step}
             for name in columns:
-                if name != "step":
-                    row[name] = float(out[name])
+                if name not in ("step", THROUGHPUT):
+                    row[name] = float(out[name])  # waits for the step to finish
+            if THROUGHPUT in columns:
+                row[THROUGHPUT] = batch_size / max(time.perf_counter() - t_step, 1e-9)
             if not all(math.isfinite(row[c]) for c in columns if c != "step"):
                 raise PrepError(f"training diverged at step {step}: loss is {row.get('loss')}")
             rows.append(row)
@@ -159,15 +172,48 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error)
 
 
 def train_and_record(train_step, batches, steps: int, columns: Sequence[str], on_error,
-                     out_dir: str | os.PathLike, title: str, **facts) -> dict:
-    """`run_steps`, then `write_metrics`; returns the loss summary, timings, output paths and `facts`."""
-    rows, first_step_s, step_s = run_steps(train_step, batches, steps, columns, on_error)
+                     out_dir: str | os.PathLike, title: str, evaluate=None, **facts) -> dict:
+    """`run_steps`, then `evaluate()` (a dict of held-out figures; None: no evaluation), then
+    `write_metrics`; returns the loss summary, the last steps' mean of every other column, the
+    evaluation, timings, output paths and `facts`."""
+    batch_size = int(facts.get("batch_size", 0))
+    rows, first_step_s, step_s = run_steps(train_step, batches, steps, columns, on_error, batch_size)
+    evaluation = evaluate() if evaluate is not None else {}
     csv_path, png_path = write_metrics(out_dir, rows, columns, title=title)
-    return {**loss_summary(rows), "steps": steps, **facts, "first_step_seconds": first_step_s,
-            "seconds_per_step": step_s, "metrics_csv": str(csv_path), "loss_png": str(png_path)}
+    summary = loss_summary(rows)
+    n = summary["summary_window"]
+    last = {f"last_{c}": sum(float(r[c]) for r in rows[-n:]) / n
+            for c in columns if c not in ("step", "loss", THROUGHPUT)}
+    return {**summary, **last, **evaluation, "steps": steps, **facts, "first_step_seconds": first_step_s,
+            "seconds_per_step": step_s, "examples_per_s": batch_size / step_s if step_s > 0 else 0.0,
+            "metrics_csv": str(csv_path), "loss_png": str(png_path)}
 
 
 def set_seeds(seed: int) -> None:
     import keras
 
     keras.utils.set_random_seed(int(seed))
+
+
+def warmup_then_decay(peak: float, steps: int, warmup_fraction: float):
+    """A Keras learning-rate schedule: linear from 0 to `peak` over the first `warmup_fraction` of
+    `steps`, then linear down to 0 at `steps` (BERT's `optimization.py`, NVIDIA's and Graphcore's
+    recipes: warm-up keeps Adam's first, badly estimated updates from wrecking the fresh attention
+    layers)."""
+    import keras
+    from keras import ops
+
+    warmup = max(1, int(round(steps * warmup_fraction)))
+    total = max(steps, warmup + 1)
+
+    class WarmupThenDecay(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = ops.cast(step, "float32") + 1.0  # the optimizer counts from 0; step 1 has a rate > 0
+            up = step / warmup
+            down = (total - step) / (total - warmup)
+            return peak * ops.maximum(0.0, ops.minimum(up, down))
+
+        def get_config(self):
+            return {"peak": peak, "steps": steps, "warmup_fraction": warmup_fraction}
+
+    return WarmupThenDecay()

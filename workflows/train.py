@@ -35,22 +35,25 @@ class TrainTask(PrepTask):
 
 
 class TrainBert(TrainTask):
-    """A tiny BERT trained on a pre-training dataset folder."""
+    """A small BERT pre-trained on a dataset folder (masked LM + next sentence, AdamW, warm-up and decay)."""
+
+    holdout_files = IntParameter(default=0, description="the last N shards are held out and evaluated after training")
 
     def run(self):
         from trainers.bert import train_bert  # Keras loads only when a trainer runs
 
-        result = train_bert(self.dataset_dir, self.out_dir, steps=self.steps)
+        result = train_bert(self.dataset_dir, self.out_dir, steps=self.steps, holdout_files=self.holdout_files)
         write_receipt(self.output().path, result=receipt_result(self, result))
 
 
 class TrainImageNet(TrainTask):
-    """A tiny CNN trained on ImageNet shards."""
+    """A tiny CNN trained on the train shards of an ImageNet folder, scored on its validation shards when it has any."""
 
     prog = "imagenet-prep"
 
     def run(self):
         from trainers.cnn import train_imagenet
 
-        result = train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps)
+        has_validation = any(Path(self.dataset_dir).glob("validation-*-of-*"))
+        result = train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps, evaluate_validation=has_validation)
         write_receipt(self.output().path, result=receipt_result(self, result))
