@@ -57,23 +57,26 @@ def temp_path(path: Path, purpose: str = "") -> Path:
 
 
 _WRITER = re.compile(r"(?P<host>.+)-(?P<pid>\d+)(?:\.[\w-]+)?")
+_DEAD, _ALIVE, _UNKNOWN = "dead", "alive", "unknown"
 
 
-def _writer_is_dead(tmp: Path) -> bool:
-    """True when `tmp` was left by a process of this host that no longer runs.
-
-    A temporary of another host, or of a live process (maybe a racing worker), is not ours to remove.
-    """
+def _writer_state(tmp: Path) -> str:
+    """Whether the writer of temporary `tmp` is dead (a process of this host that no longer runs),
+    alive (a running process of this host, this one included) or unknown (another host's, or a name
+    that names no writer): only a dead writer's temporary is certainly ours to remove."""
     writer = _WRITER.fullmatch(tmp.name.rpartition(_TMP_MARK)[2])
-    if writer is None or writer["host"] != socket.gethostname() or int(writer["pid"]) == os.getpid():
-        return False
+    if writer is None or writer["host"] != socket.gethostname():
+        return _UNKNOWN
+    pid = int(writer["pid"])
+    if pid == os.getpid():
+        return _ALIVE
     try:
-        os.kill(int(writer["pid"]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return True
+        return _DEAD
     except PermissionError:  # alive, another user's
-        return False
-    return False
+        return _ALIVE
+    return _ALIVE
 
 
 def remove_stale_temps(path: str | os.PathLike) -> None:
@@ -86,16 +89,8 @@ def remove_stale_temps(path: str | os.PathLike) -> None:
     """
     path = Path(path)
     for p in path.parent.glob(f"{glob.escape(path.name)}{_TMP_MARK}*"):
-        if _writer_is_dead(p):
+        if _writer_state(p) == _DEAD:
             _remove(p)
-
-
-def _writer_is_alive_here(tmp: Path) -> bool:
-    """True when `tmp`'s writer is a live process of this host (this one included)."""
-    writer = _WRITER.fullmatch(tmp.name.rpartition(_TMP_MARK)[2])
-    if writer is None or writer["host"] != socket.gethostname():
-        return False
-    return int(writer["pid"]) == os.getpid() or not _writer_is_dead(tmp)
 
 
 def remove_leftover_temps(folder: str | os.PathLike) -> list[str]:
@@ -109,7 +104,7 @@ def remove_leftover_temps(folder: str | os.PathLike) -> list[str]:
     """
     removed = []
     for p in sorted(Path(folder).glob(f"*{_TMP_MARK}*")):
-        if not _writer_is_alive_here(p):
+        if _writer_state(p) != _ALIVE:
             _remove(p)
             removed.append(p.name)
     return removed
@@ -122,7 +117,7 @@ def remove_all_stale_temps(folder: str | os.PathLike) -> None:
     there: a duplicate run may still be writing an output that this one has finished.
     """
     for p in Path(folder).glob(f"*{_TMP_MARK}*"):
-        if _writer_is_dead(p):
+        if _writer_state(p) == _DEAD:
             _remove(p)
 
 
