@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from shardkit.atomic import remove_leftover_temps, remove_stale_temps, sha256_file, write_bytes, write_json
+from shardkit.atomic import remove_leftover_temps, sha256_file, write_bytes, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import write_manifest
+from shardkit.records import index_path_for
 
 from . import instances, remask
 from .options import GenerationOptions
@@ -44,6 +45,14 @@ def folder_name(options: GenerationOptions, output_format: str = instances.TFREC
 
 def shard_name(shard: int, output_format: str = instances.TFRECORD) -> str:
     return f"wiki_{shard:05d}.{'hdf5' if output_format == instances.HDF5 else 'tfrecord'}"
+
+
+def shard_index(out_path: str | Path) -> Path | None:
+    """The index file `write_shard` writes beside shard `out_path` (`wiki_00000.index`, the `tfrecord2idx`
+    name); None for an HDF5 shard, which has none."""
+    if instances.output_format([out_path]) == instances.HDF5:
+        return None
+    return index_path_for(out_path)
 
 
 def shard_seed(seed: int, shard: int) -> int:
@@ -145,10 +154,11 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
     """
     out_path = Path(out_path)
     options.check()  # before claim_folder writes dataset.json
-    index = None if instances.output_format([out_path]) == instances.HDF5 else str(out_path.with_suffix(".index"))
+    index = shard_index(out_path)
+    index = None if index is None else str(index)
     instances.check_output_layout([out_path], [index], options, layout, pad_position_value)
     claim_folder(out_path.parent, description)
-    remove_stale_temps(out_path)
+    # This shard's dead writers' temporaries (records, index, spill) go as its writers open their own.
     return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path), index, options,
                                              layout=layout, pad_position_value=pad_position_value)
 

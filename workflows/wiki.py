@@ -22,7 +22,6 @@ from luigi.util import inherits, requires
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
                              write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
-from shardkit.records import index_path_for
 from wikiprep import dataset, download, extract, instances, remask, sentences, vocab
 from wikiprep.options import GenerationOptions
 from wikiprep.schema import PAD_POSITION_VALUE
@@ -433,9 +432,9 @@ class PretrainShard(PretrainTask):
                                     self.description(), layout=self.layout, pad_position_value=self.pad_position_value)
         # The index's hash too, taken here where the shard was written, so that PretrainDataset's
         # manifest reads neither file again (HDF5 shards have no index).
-        index = index_path_for(out)
-        written = {"index": {"file": index.name, "size": index.stat().st_size, "sha256": sha256_file(index)}} \
-            if out.suffix == ".tfrecord" else {}
+        index = dataset.shard_index(out)
+        written = {} if index is None else \
+            {"index": {"file": index.name, "size": index.stat().st_size, "sha256": sha256_file(index)}}
         write_receipt(out, seed=seed, stats=stats, **written)
 
 
