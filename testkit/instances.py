@@ -53,3 +53,23 @@ def generate_instances(input_files: Sequence[str], vocab_file: str,
     rng.shuffle(order)  # draw: shuffle(instances)
     for k in order:
         yield instance_features(*made[k], options.max_seq_length, options.max_predictions_per_seq)
+
+
+def assert_hdf5_holds_records(h5_path, record_path) -> int:
+    """Assert that HDF5 file `h5_path` (NVIDIA's layout) holds the instances of TFRecord file `record_path`,
+    in the same order, feature by feature; returns how many. What every HDF5 test compares."""
+    import h5py  # only the HDF5 tests need it
+
+    from shardkit.example import decode_example
+    from shardkit.records import read_records
+    from wikiprep.schema import HDF5_DTYPES
+
+    records = [decode_example(r) for r in read_records(record_path)]
+    with h5py.File(h5_path, "r") as f:
+        data = {name: f[name][:] for name in HDF5_DTYPES}
+    assert len(data["input_ids"]) == len(records), f"{h5_path}: {len(data['input_ids'])} rows, {len(records)} records"
+    for i, rec in enumerate(records):
+        for name in HDF5_DTYPES:
+            expected = rec[name][0] if name == "next_sentence_labels" else rec[name]
+            assert data[name][i].tolist() == expected, f"{h5_path} instance {i} {name}"
+    return len(records)

@@ -12,16 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 
 from shardkit.errors import PrepError
 from shardkit.example import decode_example
 from shardkit.records import read_records
+from testkit.instances import assert_hdf5_holds_records
 from wikiprep import dataset, reader
 from wikiprep.samples import write_sample_dump
-from wikiprep.schema import HDF5_DTYPES
 from workflows import DEMO_DATE, DEMO_WIKI
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,15 +90,9 @@ def test_hdf5_holds_the_tfrecord_instances_in_the_same_order(made):
     standard, h5 = made["seq128_mask20_dup2"], made["seq128_mask20_dup2_hdf5"]
     total = 0
     for i in range(2):
-        records = [decode_example(r) for r in read_records(standard / f"wiki_{i:05d}.tfrecord")]
-        with h5py.File(h5 / f"wiki_{i:05d}.hdf5", "r") as f:
-            data = {name: f[name][:] for name in HDF5_DTYPES}
-        assert len(data["input_ids"]) == len(records) > 100
-        for j, rec in enumerate(records):
-            for name in HDF5_DTYPES:
-                expected = rec[name][0] if name == "next_sentence_labels" else rec[name]
-                assert data[name][j].tolist() == expected, f"shard {i} instance {j} {name}"
-        total += len(records)
+        count = assert_hdf5_holds_records(h5 / f"wiki_{i:05d}.hdf5", standard / f"wiki_{i:05d}.tfrecord")
+        assert count > 100
+        total += count
     assert json.loads((h5 / "stats.json").read_text())["total"]["instances"] == total
 
 
