@@ -4,11 +4,20 @@
 sub-command, and turns a PrepError or an OSError into `PROG: error: <what, where>` on
 stderr with exit status 1 (never a traceback); Ctrl-C exits 130, SIGTERM 143, after every open
 atomic write has removed its temporary.
+
+When the reader of standard output goes away (`wikiprep inspect F | head -3`), the program
+ends quietly with exit status 141, what a shell reports for `cat` or `grep` killed by SIGPIPE
+in the same place: the output was cut, which `set -o pipefail` scripts may want to know, but
+nothing went wrong to print. Python's default instead raises BrokenPipeError at the next write,
+and again when it flushes standard output at exit.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import select
+import signal
 import sys
 from typing import Callable, Mapping
 
@@ -34,12 +43,46 @@ def error_line(prog: str, e: BaseException) -> str:
     return f"{prog}: error: {e}"
 
 
+# The exit status of a program whose standard output closed: 128 + SIGPIPE, as a shell reports a SIGPIPE death.
+CLOSED_OUTPUT_STATUS = 128 + signal.SIGPIPE
+
+
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has gone: poll() flags its write end POLLERR."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def silence_stdout() -> None:
+    """Point standard output at /dev/null, so that the interpreter's flush at exit finds no closed pipe
+    (it would print "Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
 def run(prog: str, parser: argparse.ArgumentParser, commands: Mapping[str, Callable[[argparse.Namespace], int | None]],
         argv=None) -> int:
     args = parser.parse_args(argv)
     raise_on_sigterm()
     try:
-        return commands[args.command](args) or 0
+        status = commands[args.command](args) or 0
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then caught below
+        return status
+    except BrokenPipeError as e:
+        if not stdout_closed():  # another pipe or socket (an output file that is a FIFO): a real error
+            print(error_line(prog, e), file=sys.stderr)
+            return 1
+        silence_stdout()
+        return CLOSED_OUTPUT_STATUS
     except (PrepError, OSError) as e:
         print(error_line(prog, e), file=sys.stderr)
         return 1
