@@ -1,10 +1,11 @@
-"""`imagenet-prep`: convert ImageNet to TFRecord shards, verify a shard folder, report its statistics.
+"""`imagenet-prep`: convert ImageNet to TFRecord shards, verify a shard folder, show its records, report its statistics.
 
     imagenet-prep convert --train-dir T --validation-dir V [--val-labels L] --output-dir OUT ...
     imagenet-prep verify DIR [--jobs N]
+    imagenet-prep inspect FILE [-n N]
     imagenet-prep stats DIR --out REPORT_DIR
 
-Argument parsing and printing only: each command is one call into `convert`, `verify` or
+Argument parsing and printing only: each command is one call into `convert`, `verify`, `inspection` or
 `stats`, run through `shardkit.cli.run`, so errors are one `imagenet-prep: error: ...` line on
 stderr with exit status 1, never a traceback.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from shardkit.cli import at_least_one, run
 from shardkit.manifest import MANIFEST
 
-from . import convert, images, stats, verify
+from . import convert, images, inspection, stats, verify
 
 PROG = "imagenet-prep"
 
@@ -52,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--jobs", type=at_least_one, default=1,
                    help="worker processes checking shards in parallel, each with its own TensorFlow (default 1; "
                         "the output and the first error do not depend on it)")
+
+    i = sub.add_parser("inspect", help="print the first records of a shard: label, synset, name, size, format, "
+                                       "boxes and byte count")
+    i.add_argument("file")
+    i.add_argument("-n", type=at_least_one, default=3, help="records to show (default 3)")
 
     s = sub.add_parser("stats", help="per-split counts, per-class histogram and image sizes")
     s.add_argument("dir")
@@ -92,13 +98,18 @@ def _verify(args: argparse.Namespace) -> None:
     print(f"OK {args.dir}: " + ", ".join(f"{k} {v} records" for k, v in totals.items()))
 
 
+def _inspect(args: argparse.Namespace) -> None:
+    for line in inspection.inspect_lines(args.file, args.n):
+        print(line)
+
+
 def _stats(args: argparse.Namespace) -> None:
     report = stats.stats(args.dir, args.out, args.synsets_file, overwrite=True)  # a new report replaces the last
     sys.stdout.write(stats.stats_report_text(report))
     print(f"wrote {Path(args.out) / 'stats.json'}, report.txt, class_histogram.png and image_sizes.png")
 
 
-COMMANDS = {"convert": _convert, "verify": _verify, "stats": _stats}
+COMMANDS = {"convert": _convert, "verify": _verify, "inspect": _inspect, "stats": _stats}
 
 
 def main(argv=None) -> int:

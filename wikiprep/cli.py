@@ -2,7 +2,7 @@
 
     wikiprep create-pretraining-data --input_file=a.txt,b*.txt --output_file=out.tfrecord --vocab_file=vocab.txt ...
     wikiprep create-pretraining-data --flagfile=flags.txt
-    wikiprep inspect FILE [-n N]
+    wikiprep inspect FILE [-n N] [--vocab-file V]
     wikiprep verify PATH [--jobs N]
     wikiprep stats DIR --out REPORT_DIR
 
@@ -37,7 +37,7 @@ from pathlib import Path
 from shardkit.cli import at_least_one, error_line, run
 from shardkit.errors import PrepError, excerpt
 
-from . import instances, reader, remask, stats, verify
+from . import inspection, instances, reader, remask, stats, verify
 from .options import GenerationOptions
 from .schema import PAD_POSITION_VALUE
 
@@ -232,9 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--flagfile", metavar="FILE",
                    help="read flags from FILE, one --flag=value a line, # comments, nested --flagfile (absl's)")
 
-    i = sub.add_parser("inspect", help="print the first records of a TFRecord or HDF5 file, decoded")
+    i = sub.add_parser("inspect", help="print the first instances of a TFRecord or HDF5 file as text: A and B with "
+                                       "their masks, the original tokens, the next-sentence label, the lengths")
     i.add_argument("file")
-    i.add_argument("-n", type=at_least_one, default=3, help="records to show (default 3)")
+    i.add_argument("-n", type=at_least_one, default=3, help="instances to show (default 3)")
+    i.add_argument("--vocab-file", "--vocab_file", metavar="V",
+                   help="the vocab.txt the records were made with (default: vocab.txt beside FILE; without one, "
+                        "token ids are shown)")
 
     v = sub.add_parser("verify", help="check a dataset folder, or any record file or folder without a manifest; "
                                       "one line and exit 1 on the first problem")
@@ -250,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace) -> None:
-    for line in reader.describe_records(args.file, args.n):
+    for line in inspection.inspect_lines(args.file, args.n, args.vocab_file):
         print(line)
 
 

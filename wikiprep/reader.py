@@ -20,22 +20,17 @@ from pathlib import Path
 from typing import Iterator
 
 from shardkit.errors import PrepError
-from shardkit.example import decode_example
+from shardkit.example import decode_example, decode_example_kinds
 from shardkit.records import read_records
 from shardkit.tf import error_text, import_tensorflow
 
 from . import hdf5, remask
 from .schema import BERT_INSTANCE, HDF5_DTYPES, PRED, REMASK_INSTANCE, SEQ
-from .tokenization import Vocab
 
 BATCH = 512  # records per tf.io.parse_example call
 TFRECORD, REMASK, HDF5 = "tfrecord", remask.REMASK, "hdf5"
 KIND_NAMES = {TFRECORD: "TFRecord", REMASK: "TFRecord, Graphcore static mask", HDF5: "HDF5, NVIDIA's layout"}
 SCHEMAS = {TFRECORD: BERT_INSTANCE, REMASK: REMASK_INSTANCE}
-
-# The features holding token ids, each with the feature whose non-zero values mark its real (unpadded) entries.
-TOKEN_ID_FEATURES = {"input_ids": "input_mask", "masked_lm_ids": "masked_lm_weights",
-                     "masked_labels": "masked_lm_weights"}
 
 
 @dataclass(frozen=True)
@@ -190,64 +185,50 @@ def file_batches(records: RecordFiles, path: Path) -> Iterator[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-# inspect
+# The first instances of one file, without TensorFlow (inspect)
 
-def _feature_lines(ex: dict, vocab: Vocab | None) -> Iterator[str]:
-    for name in sorted(ex):
-        values = list(ex[name])
-        if vocab is not None and name in TOKEN_ID_FEATURES:
-            real = ex.get(TOKEN_ID_FEATURES[name])
-            if real is not None and len(real):
-                values = values[:sum(1 for v in real if v)]
-            yield f"{name}: {' '.join(vocab.tokens(values))}"
-        else:
-            yield f"{name}: {' '.join(str(v) for v in values)}"
+def _standard_from_example(records: RecordFiles, path: Path, index: int, data: bytes) -> dict:
+    """One record decoded by `example.decode_example_kinds` and checked against its kind's schema, as the
+    standard layout's {feature: values}; a remask record rearranged back by `remask.to_standard`."""
+    import numpy as np
 
-
-def _hdf5_examples(path: Path, n: int) -> Iterator[tuple[str, dict, list[float]]]:
-    """('instance i', the stored datasets' values) of the first `n` instances, with the weights NVIDIA's reader
-    derives (for trimming the token lists), not shown."""
-    shown = 0
-    for b in hdf5.read_batches(path, min(n, hdf5.READ_ROWS)):
-        for i in range(len(b["input_ids"])):
-            if shown >= n:
-                return
-            ex = {name: [int(v) for v in b[name][i]] for name in HDF5_DTYPES}
-            yield f"instance {shown}", ex, [float(v) for v in b["masked_lm_weights"][i]]
-            shown += 1
-
-
-def describe_records(path: str | Path, n: int) -> Iterator[str]:
-    """The first `n` records of `path` (TFRecord in either layout, or HDF5) as text lines, a `name: values` line
-    per feature. With a vocab.txt beside the file, token ids are shown as tokens, without their padding."""
-    path = Path(path)
-    if not path.is_file():
-        raise PrepError(f"{path}: no such record file")
-    vocab_path = path.parent / "vocab.txt"
-    vocab = Vocab(vocab_path) if vocab_path.is_file() else None
-    shown = 0
-    if hdf5.is_hdf5_path(path):
-        for what, ex, weights in _hdf5_examples(path, n):
-            yield f"--- {what}"
-            yield from _hdf5_lines(ex, weights, vocab)
-            shown += 1
-    else:
-        for data in read_records(path):
-            if shown >= n:
-                break
-            try:
-                ex = decode_example(data)
-            except (ValueError, IndexError) as e:
-                raise PrepError(f"{path}: record {shown} is not a tf.train.Example ({e})") from None
-            yield f"--- record {shown} ({len(data)} bytes)"
-            yield from _feature_lines(ex, vocab)
-            shown += 1
-    if shown == 0:
-        yield f"{path}: no records"
+    schema = SCHEMAS[records.kind]
+    try:
+        decoded = decode_example_kinds(data)
+    except (ValueError, IndexError) as e:
+        raise PrepError(f"{path}: record {index}: not a tf.train.Example ({e})") from None
+    problem = schema.problem(decoded, records.dims)
+    if problem:
+        raise PrepError(f"{path}: record {index}: {problem}")
+    ex = {name: values for name, (_, values) in decoded.items() if name in schema.by_name}
+    if records.kind != REMASK:
+        return ex
+    batch = {name: np.array([values], np.float32 if name == "masked_lm_weights" else np.int64)
+             for name, values in ex.items() if name != "masked_lm_positions"}
+    positions = np.full((1, max(len(ex["masked_lm_positions"]), 1)), -1, np.int64)
+    positions[0, :len(ex["masked_lm_positions"])] = ex["masked_lm_positions"]
+    batch["masked_lm_positions"] = positions
+    try:
+        standard = remask.to_standard(batch, records.dims[PRED], records.description.get("pad_position_value"))
+    except ValueError as e:
+        raise PrepError(f"{path}: record {index}: {str(e).removeprefix('record 0 of the batch: ')}") from None
+    return {name: values[0].tolist() for name, values in standard.items()}
 
 
-def _hdf5_lines(ex: dict, weights: list[float], vocab: Vocab | None) -> Iterator[str]:
-    """The stored datasets of one HDF5 instance (masked_lm_weights is not one: it only trims masked_lm_ids)."""
-    for line in _feature_lines({**ex, "masked_lm_weights": weights}, vocab):
-        if not line.startswith("masked_lm_weights:"):
-            yield line
+def file_instances(records: RecordFiles, path: Path, n: int) -> Iterator[tuple[str, dict]]:
+    """('record i (B bytes)' or 'instance i', {feature: values}) of the first `n` instances of one file of
+    `records`, in the standard layout (BERT_INSTANCE's features, padded), read without TensorFlow: the records
+    as they are, whichever tool wrote them (the original's protobuf orders features its own way)."""
+    if records.kind == HDF5:
+        shown = 0
+        for b in hdf5.read_batches(path, min(n, hdf5.READ_ROWS)):
+            for i in range(len(b["input_ids"])):
+                if shown >= n:
+                    return
+                yield f"instance {shown}", {name: b[name][i].tolist() for name in BERT_INSTANCE.names}
+                shown += 1
+        return
+    for index, data in enumerate(read_records(path)):
+        if index >= n:
+            return
+        yield f"record {index} ({len(data)} bytes)", _standard_from_example(records, path, index, data)
