@@ -39,7 +39,7 @@ SCHEDULER_ARGS := --scheduler-host $(word 1,$(subst :, ,$(SCHEDULER))) --schedul
 export LUIGI_CONFIG_PATH := $(CURDIR)/cluster/luigi-cluster.cfg
 endif
 
-.PHONY: setup demo test wiki-128 wiki-384 wiki-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm
+.PHONY: setup demo test wiki-128 wiki-384 wiki-512 plan-128 plan-384 plan-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm
 
 setup: $(STAMP)
 
@@ -64,6 +64,16 @@ wiki-128 wiki-384 wiki-512: setup
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS) \
 	  --workers $(WORKERS) $(SCHEDULER_ARGS)
+
+# The dry run of wiki-128 (384, 512), same variables: how many tasks of each kind, which are complete, which
+# would run. Writes nothing, downloads nothing but the dump's dumpstatus.json (README, "A dry run").
+plan-128 plan-384 plan-512: setup
+	@if [ -z "$(DUMP_DATE)" ]; then \
+	  echo "make $@: set DUMP_DATE=YYYYMMDD, the date of a finished dump (see README: picking a dump); nothing falls back to 'latest'" >&2; \
+	  exit 2; fi
+	$(BIN)/python -m workflows plan Pretrain$(subst plan-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
+	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS)
 
 # Submits the Slurm job chain (job-array mode) and prints the job ids; run it again to resume.
 slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup

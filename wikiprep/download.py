@@ -499,6 +499,29 @@ def parse_status(data: bytes | dict, where: str, wiki: str, date: str) -> DumpSt
     return DumpStatus(jobs=jobs, job_names=tuple(sorted(jobs_doc)))
 
 
+def _get_status(session, url: str, wiki: str, date: str, *, retries, timeout, backoff) -> bytes:
+    """The body of dumpstatus.json at `url`, checked (`parse_status`); PrepError for a missing dump or a bad answer."""
+    status, body = _get_small(session, url, retries=retries, timeout=timeout, backoff=backoff)
+    if status == 404:
+        raise PrepError(f"no dump for {wiki} {date} at {url}: 404")
+    if status != 200:
+        raise PrepError(f"cannot fetch the status of {wiki} {date} from {url}: HTTP {status}")
+    parse_status(body, url, wiki, date)
+    return body
+
+
+def read_dump_status(dump_url: str, wiki: str, date: str, *, user_agent: str | None = None, retries: int = 5,
+                     timeout: float = 60, backoff_base: float = 1.0, max_wait: float = 60.0) -> dict:
+    """dumpstatus.json of a dump, fetched and checked but written nowhere, and nothing else fetched (no checksum
+    files): what a plan (`python -m workflows plan`) reads to know the parts, leaving the data folder as it was."""
+    check_dump_id(wiki, date)
+    url = dump_file_url(dump_url, wiki, date, STATUS_FILE)
+    with make_session(user_agent, local_files=is_local(dump_url)) as s:
+        body = _get_status(s, url, wiki, date, retries=retries, timeout=timeout,
+                           backoff=_Backoff(backoff_base, max_wait))
+    return json.loads(body.decode("utf-8"))
+
+
 def fetch_dump_status(
     dump_url: str,
     wiki: str,
@@ -523,12 +546,7 @@ def fetch_dump_status(
     backoff = _Backoff(backoff_base, max_wait)
     url = dump_file_url(dump_url, wiki, date, STATUS_FILE)
     with make_session(user_agent, local_files=is_local(dump_url)) as s:
-        status, body = _get_small(s, url, retries=retries, timeout=timeout, backoff=backoff)
-        if status == 404:
-            raise PrepError(f"no dump for {wiki} {date} at {url}: 404")
-        if status != 200:
-            raise PrepError(f"cannot fetch the status of {wiki} {date} from {url}: HTTP {status}")
-        parse_status(body, url, wiki, date)
+        body = _get_status(s, url, wiki, date, retries=retries, timeout=timeout, backoff=backoff)
         sums = {}
         for htype, name in _sums_names(wiki, date).items():
             surl = dump_file_url(dump_url, wiki, date, name)
@@ -576,14 +594,16 @@ def _natural_key(name: str):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: bool = False) -> list[Part]:
+def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: bool = False,
+               need_hashes: bool = True) -> list[Part]:
     """The files of the articles dump of `wiki` `date`, in natural part order, each with size and hash.
 
     `source` is the download folder written by `fetch_dump_status` (or its dumpstatus.json),
     or an already-parsed dumpstatus dict (then only hashes inside it are used). Split parts
     (`articlesdump`) are taken when the dump has them, else the recombined file; with
     `multistream=True` the multistream job's files, including its index files. The job must
-    be `done`. Hashes come from dumpstatus.json, else the sha1sums/md5sums file.
+    be `done`. Hashes come from dumpstatus.json, else the sha1sums/md5sums file; a part with neither is
+    refused unless `need_hashes` is False (a plan, which names the parts but downloads none).
     """
     check_dump_id(wiki, date)
     sums_dir = None
@@ -633,7 +653,7 @@ def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: 
     for name in sorted(files, key=_natural_key):
         entry = files[name]
         hashes = {h: entry[h] or sums.get(h, {}).get(name) for h in HASH_TYPES}
-        if not any(hashes.values()):
+        if need_hashes and not any(hashes.values()):
             raise PrepError(
                 f"no sha1 or md5 for {name}: not in {where} nor in {wiki}-{date}-sha1sums.txt / -md5sums.txt"
             )

@@ -2,6 +2,9 @@
 
 `python -m workflows slurm-plan Pretrain128 <parameters>`: what the Slurm chain still has to run
 (workflows.slurm.plan), as shell assignments for cluster/slurm/submit.sh.
+
+`python -m workflows plan [--all] Pretrain128 <parameters>`: a dry run (workflows.plan): how many tasks of
+each kind, which are complete, which would run; nothing written, nothing downloaded but dumpstatus.json.
 """
 
 import json
@@ -10,22 +13,31 @@ import sys
 from pathlib import Path
 
 USAGE = ("usage: python -m workflows summary DEMO_DIR\n"
-         "       python -m workflows slurm-plan Pretrain128|Pretrain384|Pretrain512 [LUIGI PARAMETERS]")
+         "       python -m workflows slurm-plan Pretrain128|Pretrain384|Pretrain512 [LUIGI PARAMETERS]\n"
+         "       python -m workflows plan [--all] Pretrain128|Pretrain384|Pretrain512 [LUIGI PARAMETERS]")
+
+
+def _dataset(command: str, argv: list[str]):
+    """The Pretrain task the Luigi parameters `argv` name; PrepError for another task."""
+    import luigi.cmdline_parser
+
+    from shardkit.errors import PrepError
+
+    from .wiki import PretrainDataset
+    with luigi.cmdline_parser.CmdlineParser.global_instance(argv) as parser:
+        dataset = parser.get_task_obj()
+    if not isinstance(dataset, PretrainDataset):
+        raise PrepError(f"{command}: {argv[0]}: give Pretrain128, Pretrain384 or Pretrain512")
+    return dataset
 
 
 def slurm_plan(argv: list[str]) -> int:
-    import luigi.cmdline_parser
-
     from shardkit.cli import error_line
     from shardkit.errors import PrepError
 
     from .slurm import plan
-    from .wiki import PretrainDataset
     try:
-        with luigi.cmdline_parser.CmdlineParser.global_instance(argv) as parser:
-            dataset = parser.get_task_obj()
-        if not isinstance(dataset, PretrainDataset):
-            raise PrepError(f"slurm-plan: {argv[0]}: give Pretrain128, Pretrain384 or Pretrain512")
+        dataset = _dataset("slurm-plan", argv)
         dataset.check_before_work()
         values = plan(dataset)
     except (PrepError, OSError) as e:
@@ -36,9 +48,35 @@ def slurm_plan(argv: list[str]) -> int:
     return 0
 
 
+def dry_run(argv: list[str]) -> int:
+    """`plan`: the lines of workflows.plan, ended quietly (status 141) when the reader of the output goes."""
+    from shardkit.cli import CLOSED_OUTPUT_STATUS, error_line, silence_stdout, stdout_closed
+    from shardkit.errors import PrepError
+
+    from .plan import plan_lines
+    all_tasks = argv[:1] == ["--all"]
+    try:
+        lines = plan_lines(_dataset("plan", argv[1:] if all_tasks else argv), all_tasks=all_tasks)
+    except (PrepError, OSError) as e:
+        print(error_line("wikiprep", e), file=sys.stderr)
+        return 1
+    try:
+        for line in lines:
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not stdout_closed():
+            raise
+        silence_stdout()
+        return CLOSED_OUTPUT_STATUS
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "slurm-plan":
         return slurm_plan(argv[1:])
+    if len(argv) >= 2 and argv[0] == "plan":
+        return dry_run(argv[1:])
     if len(argv) != 2 or argv[0] != "summary":
         print(USAGE, file=sys.stderr)
         return 2

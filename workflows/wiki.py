@@ -29,6 +29,11 @@ from wikiprep.schema import PAD_POSITION_VALUE
 from .base import BoolParameter, ChoiceParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget
 
 
+# The dumps' status as a plan (workflows.plan) read it, by (dump_url, wiki, dump_date), when DATA holds no
+# usable copy: a plan writes nothing, so its tasks take their parts from memory. Empty in every run.
+PLANNED_STATUS: dict[tuple[str, str, str], dict] = {}
+
+
 class DumpTask(PrepTask):
     """Base of the Wikipedia tasks: the dated dump they read, where its files go, its parts and pieces."""
 
@@ -59,7 +64,12 @@ class DumpTask(PrepTask):
         return Path(self.data_dir) / f"{self.wiki}-{self.dump_date}"
 
     def parts(self) -> list[download.Part]:
-        """The dump's part files, from the local copy of dumpstatus.json (fetched once, at scheduling)."""
+        """The dump's part files, from the local copy of dumpstatus.json (fetched once, at scheduling), or
+        from the status a plan read into memory (PLANNED_STATUS)."""
+        planned = PLANNED_STATUS.get((self.dump_url, self.wiki, self.dump_date))
+        if planned is not None:
+            return download.list_parts(planned, self.wiki, self.dump_date, multistream=self.multistream,
+                                       need_hashes=False)
         return download.dump_parts(self.dump_url, self.wiki, self.dump_date, self.download_dir,
                                    multistream=self.multistream)
 
