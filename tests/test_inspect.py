@@ -82,10 +82,10 @@ def expected_instance(ex: dict, tokens: list[str] | None) -> list[str]:
     for p, original in masks:
         written = ex["input_ids"][p]
         if written == mask_id:
-            entries.append(f"{p} {name(original)}->[MASK]")
+            entries.append(f"{p} {name(original)} -> [MASK]")
         else:
             shown[p] = "{" + shown[p] + "}"
-            entries.append(f"{p} {name(original)}->{shown[p]} {'kept' if written == original else 'random'}")
+            entries.append(f"{p} {name(original)} -> {shown[p]} {'kept' if written == original else 'random'}")
     seg = ex["segment_ids"][:real]
     a = [t for t, s in zip(shown, seg) if s == 0]
     b = [t for t, s in zip(shown, seg) if s == 1]
@@ -158,7 +158,7 @@ def test_inspect_a_file_of_the_original_script_shows_each_instance_as_decoded_in
         assert block[1:] == expected_instance(ex, tokens), k
     text = res.stdout
     # The reference holds all three kinds of masked position, and both labels.
-    assert "->[MASK]" in text and " random" in text and " kept" in text
+    assert " -> [MASK]" in text and " random" in text and " kept" in text
     assert "B is random" in text and "B is the real next" in text
 
 

@@ -4,11 +4,11 @@ Each instance of a record file (TFRecord in the standard or Graphcore's remask l
 NVIDIA's HDF5; ours or the original tools') is brought to the standard layout
 (`reader.file_instances`) and printed as text:
 
-    --- record 0 (412 bytes): B is random
-    lengths: A 9, B 10 (without [CLS] and [SEP]), real 22, padded 32; 3 masked of at most 5
-    A: [CLS] the north river is old . it was [MASK] [SEP]
-    B: a city is in the {river} . the north river is old . [SEP]
-    masked: 8 new->[MASK] | 15 south->{river} random | 19 river->{river} kept
+    --- record 1 (299 bytes): B is random
+    lengths: A 9, B 6 (without [CLS] and [SEP]), real 18, padded 32; 3 masked of at most 5
+    A: [CLS] it was new and [MASK] river was {new} . [SEP]
+    B: the north river [MASK] old . [SEP]
+    masked: 5 the -> [MASK] | 8 old -> {new} random | 14 is -> [MASK]
 
 Tokens come from `--vocab-file`, else from the `vocab.txt` beside the file, else the ids are
 shown. A masked position shows what the record holds there: `[MASK]`, or in braces the random
@@ -117,10 +117,10 @@ def instance_lines(instance: Instance, names: TokenNames, max_predictions: int) 
     entries = []
     for (position, original), name in zip(masks, names([i for _, i in masks])):
         if not 0 <= position < real:
-            entries.append(f"{position} {name}->(outside the {real} real tokens)")
+            entries.append(f"{position} {name} -> (outside the {real} real tokens)")
             continue
         kind = mask_kind(ids[position], original, names.mask_id)
-        entries.append(f"{position} {name}->{shown[position]}" + ("" if kind == "[MASK]" else f" {kind}"))
+        entries.append(f"{position} {name} -> {shown[position]}" + ("" if kind == "[MASK]" else f" {kind}"))
     return [
         f"--- {instance.what}: {label}",
         f"lengths: A {max(len(a) - 2, 0)}, B {max(len(b) - 1, 0)} (without [CLS] and [SEP]), real {real}, "
