@@ -586,6 +586,10 @@ CASES: list[Bad] = [
         "{root}/other.txt: record 0 of {root}/wiki_ds/wiki_00000.tfrecord starts with id 2, '[SEP]' in this "
         "vocabulary, not its [CLS] (3)", setup=_write("other.txt", "\n".join(
             ["[PAD]", "[UNK]", "[SEP]", "[CLS]"] + VOCAB_WORDS[4:]) + "\n")),
+    Bad("inspect-remask-a-position-twice", ("wikiprep", "inspect", "{root}/rm/wiki_00000.tfrecord"),
+        "{root}/rm/wiki_00000.tfrecord: record 0: the slots do not hold each position once", setup=_made(
+            "rm/wiki_00000.tfrecord", _remask_first_record(
+                lambda f: f["input_position"].__setitem__(1, f["input_position"][0])), remask=True)),
     Bad("imagenet-inspect-missing-file", ("imagenet-prep", "inspect", "{root}/imagenet_ds/train-00009-of-00010"),
         "{root}/imagenet_ds/train-00009-of-00010: no such shard"),
     Bad("imagenet-inspect-a-bert-file", ("imagenet-prep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord"),
