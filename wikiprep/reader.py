@@ -25,7 +25,7 @@ from shardkit.records import read_records
 from shardkit.tf import error_text, import_tensorflow
 
 from . import hdf5, remask
-from .schema import BERT_INSTANCE, HDF5_DTYPES, PRED, REMASK_INSTANCE, SEQ
+from .schema import BERT_INSTANCE, PRED, REMASK_INSTANCE, SEQ
 
 BATCH = 512  # records per tf.io.parse_example call
 TFRECORD, REMASK, HDF5 = "tfrecord", remask.REMASK, "hdf5"
