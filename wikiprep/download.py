@@ -75,7 +75,6 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import requests
 import requests.adapters
@@ -85,6 +84,7 @@ import urllib3
 from wikiprep import __version__
 from shardkit.atomic import commit, read_receipt, receipt_path, write_bytes, write_json, write_receipt
 from shardkit.errors import PrepError, excerpt
+from shardkit.progress import Progress, Stage
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,6 @@ _SUMS_LINE = re.compile(r"^([0-9a-fA-F]{32}|[0-9a-fA-F]{40})\s+\*?(\S+)$")
 HEX_DIGITS = {"sha1": 40, "md5": 32}
 _CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
 
-Progress = Callable[[int, int], None]
 _warned_no_contact = False
 
 
@@ -971,6 +970,7 @@ def fetch_part(
     sidecar = dest_dir / (part.name + SIDECAR_SUFFIX)
     info = {h: getattr(part, h) for h in HASH_TYPES if getattr(part, h)}
 
+    stage = Stage(log, f"download {part.name}")
     with _fetch_lock(dest_dir / (part.name + LOCK_SUFFIX)):
         done = _committed(final, part, url, info, chunk_size)
         if done is not None:
@@ -1006,5 +1006,7 @@ def fetch_part(
             os.fsync(f.fileno())
         commit(partfile, final)  # never replaces: unlocked (`_fetch_lock`), a racer's verified copy may be there
         _discard(sidecar)
-        return write_receipt(final, url=url, **info)
+        receipt = write_receipt(final, url=url, **info)
+        stage.finish(1, "file", receipt["size"])
+        return receipt
 
