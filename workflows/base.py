@@ -144,8 +144,22 @@ _fill_luigi_defaults()
 # own "luigi-interface" logger alone, so without this their lines (warnings included) would reach
 # the console only through Python's last-resort handler, and their INFO lines not at all. They get
 # Luigi's format and the run's level, unless a logging configuration file (`--logging-conf-file`,
-# `[core] logging_conf_file`) or Luigi's `no_configure_logging` says how logging is set up.
+# `[core] logging_conf_file`) or Luigi's `no_configure_logging` says how logging is set up. They
+# still propagate: Luigi's own set-up gives the root logger no handler, so nothing prints twice.
 LIBRARY_LOGGERS = ("shardkit", "wikiprep", "imagenet_prep", "trainers")
+
+
+class _Console(logging.StreamHandler):
+    """A handler on whatever sys.stderr is when it writes (as Python's last-resort handler), so that a
+    process that swaps stderr after importing the tasks (a test runner) is never written to a closed stream."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
 
 
 def _configure_library_logging() -> None:
@@ -154,16 +168,14 @@ def _configure_library_logging() -> None:
             or config.getboolean("core", "no_configure_logging", False)):
         return
     level = getattr(logging, _log_level(), logging.INFO)
-    handler = logging.StreamHandler()
+    handler = _Console()
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     handler.setLevel(level)
     for name in LIBRARY_LOGGERS:
         library = logging.getLogger(name)
-        if not any(getattr(h, "_wikiprep_console", False) for h in library.handlers):
-            handler._wikiprep_console = True
+        if not any(isinstance(h, _Console) for h in library.handlers):
             library.addHandler(handler)
             library.setLevel(level)
-            library.propagate = False  # once, whatever a root handler someone adds
 
 
 _configure_library_logging()
