@@ -1,8 +1,8 @@
 """How far a long stage has got: the `progress(done, total)` callback, a terminal bar, and the closing log line.
 
 Every long library stage takes `progress: Progress | None` and calls it with how much it has done and
-its total (None while the total is truly unknown): `done` never decreases, the first call says 0, and
-the last says `done == total`. Stages call it per block or per document; `throttle` keeps what reaches
+its total (None while the total is truly unknown): `done` never decreases nor passes a known total,
+and the last call says `done == total`. Stages call it per block or per document; `throttle` keeps what reaches
 the caller's callback to a few calls a second (and always the first and last), so that a bar or a
 Luigi status update costs nothing measurable in the hot loops.
 
@@ -88,8 +88,13 @@ class Stage:
 
 def stage_line(what: str, items: int, unit: str, nbytes: int | None, seconds: float) -> str:
     """The closing line of a stage: the rate in MB/s when it moved bytes, else in items a second."""
-    rate = f"{nbytes / MB / seconds:,.1f} MB/s" if nbytes is not None else f"{items / seconds:,.0f} {unit}/s"
-    rate = rate if seconds > 0 else "-"
+    if seconds <= 0:
+        rate = "-"
+    elif nbytes is not None:
+        mb_per_s = nbytes / MB / seconds
+        rate = f"{mb_per_s:,.{1 if mb_per_s >= 1 else 2}f} MB/s"  # a small stage's rate is not '0.0'
+    else:
+        rate = f"{items / seconds:,.{0 if items >= seconds else 2}f} {unit}/s"
     size = f", {amount(nbytes, 'B')}" if nbytes is not None else ""
     return f"{what}: {items:,} {unit}{size} in {seconds:.1f} s ({rate})"
 
