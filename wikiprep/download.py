@@ -84,7 +84,7 @@ import urllib3
 from wikiprep import __version__
 from shardkit.atomic import commit, read_receipt, receipt_path, write_bytes, write_json, write_receipt
 from shardkit.errors import PrepError, excerpt
-from shardkit.progress import Progress, Stage
+from shardkit.progress import Bar, Progress, Stage
 
 log = logging.getLogger(__name__)
 
@@ -722,29 +722,20 @@ def _committed(final: Path, part: Part, url: str, info: dict, chunk: int) -> dic
 
 
 class _ProgressBar:
-    """tqdm on a terminal (bytes, rate, ETA), nothing otherwise; plus the caller's callback."""
+    """The shared bar (`shardkit.progress.Bar`: tqdm on a terminal, nothing otherwise), plus the caller's callback."""
 
     def __init__(self, name: str, total: int | None, callback: Progress | None, bar: bool | None):
         self.callback, self.total = callback, total
-        if bar is None:
-            bar = sys.stderr.isatty()
-        self.tqdm = None
-        if bar:
-            from tqdm import tqdm
-
-            self.tqdm = tqdm(total=total, desc=name, unit="B", unit_scale=True, unit_divisor=1024, leave=False, file=sys.stderr)
+        self.bar = Bar(name, "B", enabled=bar)
+        self.bar(0, total)
 
     def update(self, done: int) -> None:
-        if self.tqdm is not None:
-            if done < self.tqdm.n:  # restarted from the beginning
-                self.tqdm.reset(total=self.total)
-            self.tqdm.update(done - self.tqdm.n)
+        self.bar(done, self.total)  # a transfer restarted from the beginning resets it
         if self.callback is not None:
             self.callback(done, self.total if self.total is not None else done)
 
     def close(self) -> None:
-        if self.tqdm is not None:
-            self.tqdm.close()
+        self.bar.close()
 
 
 def _read_sidecar(sidecar: Path) -> dict:
