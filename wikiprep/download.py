@@ -69,7 +69,6 @@ import json
 import logging
 import os
 import re
-import sys
 import time
 import urllib.parse
 import urllib.request
