@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from shardkit import progress
 from shardkit.cli import at_least_one, run
 from shardkit.manifest import MANIFEST
 
@@ -69,12 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _convert(args: argparse.Namespace) -> None:
     manifest_path = Path(args.output_dir) / MANIFEST
     before = _identity(manifest_path)
-    manifest = convert.convert_dataset(
-        args.train_dir, args.validation_dir, args.val_labels, args.output_dir, workers=args.workers,
-        synsets_file=args.synsets_file, metadata_file=args.metadata_file, bbox_dir=args.bbox_dir,
-        train_shards=args.train_shards, validation_shards=args.validation_shards, seed=args.seed,
-        strict=args.strict, verify_decode=args.verify_decode, max_pixels=args.max_pixels,
-        overwrite=True)  # as build_imagenet_data.py does, into a folder check_output_dir found to hold this dataset
+    with progress.bar("convert", "images") as bar:
+        manifest = convert.convert_dataset(
+            args.train_dir, args.validation_dir, args.val_labels, args.output_dir, workers=args.workers,
+            synsets_file=args.synsets_file, metadata_file=args.metadata_file, bbox_dir=args.bbox_dir,
+            train_shards=args.train_shards, validation_shards=args.validation_shards, seed=args.seed,
+            strict=args.strict, verify_decode=args.verify_decode, max_pixels=args.max_pixels,
+            overwrite=True,  # as build_imagenet_data.py does, into a folder check_output_dir found to hold this dataset
+            progress=bar)
     for split, st in manifest["splits"].items():
         print(f"{split}: {st['records']} records in {st['shards']} shards, {st['left_out']} left out, "
               f"{st['converted']} re-encoded")
@@ -94,7 +97,8 @@ def _identity(path: Path) -> tuple | None:
 
 
 def _verify(args: argparse.Namespace) -> None:
-    totals = verify.verify(args.dir, args.synsets_file, args.decode_all, jobs=args.jobs)
+    with progress.bar("verify", "B") as bar:
+        totals = verify.verify(args.dir, args.synsets_file, args.decode_all, jobs=args.jobs, progress=bar)
     print(f"OK {args.dir}: " + ", ".join(f"{k} {v} records" for k, v in totals.items()))
 
 
@@ -104,7 +108,9 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 def _stats(args: argparse.Namespace) -> None:
-    report = stats.stats(args.dir, args.out, args.synsets_file, overwrite=True)  # a new report replaces the last
+    with progress.bar("stats", "shards") as bar:
+        report = stats.stats(args.dir, args.out, args.synsets_file, overwrite=True,  # a new report replaces the last
+                             progress=bar)
     sys.stdout.write(stats.stats_report_text(report))
     print(f"wrote {Path(args.out) / 'stats.json'}, report.txt, class_histogram.png and image_sizes.png")
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import random
 import re
@@ -46,10 +47,13 @@ from typing import Callable
 from shardkit.atomic import remove_all_stale_temps, remove_stale_temps, write_bytes, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, write_manifest
+from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import RecordWriter, check_index_size
 
 from . import images, labels
 from .schema import IMAGENET_IMAGE
+
+log = logging.getLogger(__name__)
 
 PLAN_FORMAT = "imagenet_prep.plan/1"
 SPLITS = ("train", "validation")
@@ -460,7 +464,8 @@ def _split_spec(plan: dict, split: str, index: int) -> dict:
     return spec
 
 
-def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, overwrite: bool = False) -> dict:
+def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, overwrite: bool = False,
+                progress: Progress | None = None) -> dict:
     """Write one shard and its index file atomically; returns its record count and the files left out.
 
     Without `overwrite` an existing shard or index is never replaced: identical is accepted, different
@@ -468,11 +473,14 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
 
     Result (JSON-serializable): split, index, shard (file name), records, planned, left_out
     [{file, reason}], converted [{file, reason}], boxes, annotation_problems [{file, reason}].
+    `progress(done, total)` counts the shard's planned images.
     """
     spec = _split_spec(plan, split, index)
     n_shards = spec["num_shards"]
     lo, hi = shard_bounds(len(spec["files"]), n_shards, index)
     name = shard_name(split, index, n_shards)
+    stage = Stage(log, f"shard {name}")
+    progress = throttle(progress)
     output_dir = Path(output_dir)
     synsets, names = plan["synsets"], plan["names"]
     opts = plan["options"]
@@ -485,6 +493,8 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
     try:
         with RecordWriter(output_dir / name, index_path(output_dir, name), overwrite=overwrite) as writer:
             for i in range(lo, hi):
+                if progress is not None:
+                    progress(i - lo, hi - lo)
                 rel = spec["files"][i]
                 label = spec["labels"][i]
                 wnid = synsets[label - 1]
@@ -516,6 +526,9 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
             records = writer.count
     finally:
         reader.close()
+    if progress is not None:
+        progress(hi - lo, hi - lo)
+    stage.finish(records, "images", (output_dir / name).stat().st_size)
     return {"split": split, "index": index, "shard": name, "records": records, "planned": hi - lo,
             "left_out": left_out, "converted": converted, "boxes": boxes_written,
             "annotation_problems": problems}
@@ -734,7 +747,7 @@ def _write_one(job: tuple[str, int, str, bool]) -> dict:
 
 
 def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, overwrite: bool = False,
-                    **plan_args) -> dict:
+                    progress: Progress | None = None, **plan_args) -> dict:
     """make_plan + every shard (with `workers` processes) + finalize; writes output_dir/.work/plan.json too.
 
     Returns the manifest. The bytes do not depend on `workers`. Everything that can be checked is,
@@ -744,6 +757,8 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
     afterwards (with `strict`, an unreadable image) or is interrupted leaves the folder as it found it.
     `overwrite` (the command line, as build_imagenet_data.py) replaces shards and MANIFEST.json of an
     unfinished run of this dataset; without it they are kept when identical and refused when not.
+    `progress(done, total)` counts the planned images of every shard: image by image with one worker,
+    shard by shard with several.
     """
     check_parameters(workers=workers)
     output_dir = Path(output_dir)
@@ -764,8 +779,18 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
         write_plan(plan, output_dir / WORK_DIR / PLAN_NAME, overwrite=True)
         jobs = [(split, i, str(output_dir), overwrite) for split in SPLITS if split in plan["splits"]
                 for i in range(plan["splits"][split]["num_shards"])]
+        stage = Stage(log, f"convert {output_dir}")
+        progress = throttle(progress)
+        total = sum(len(plan["splits"][split]["files"]) for split in SPLITS if split in plan["splits"])
+        done = 0
+        if progress is not None:
+            progress(0, total)
         if workers == 1:
-            results = [write_shard(plan, s, i, output_dir, overwrite=overwrite) for s, i, _, _ in jobs]
+            results = []
+            for s, i, _, _ in jobs:
+                shard_progress = None if progress is None else lambda d, _n, before=done: progress(before + d, total)
+                results.append(write_shard(plan, s, i, output_dir, overwrite=overwrite, progress=shard_progress))
+                done += results[-1]["planned"]
         else:
             import multiprocessing
 
@@ -773,8 +798,16 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
             with ctx.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(plan,)) as pool:
                 # As they finish: the first failure stops the run (map would write every other shard first);
                 # finalize orders the results by shard.
-                results = list(pool.imap_unordered(_write_one, jobs, chunksize=1))
-        return finalize(plan, output_dir, results, overwrite=overwrite)
+                results = []
+                for result in pool.imap_unordered(_write_one, jobs, chunksize=1):
+                    results.append(result)
+                    done += result["planned"]
+                    if progress is not None:
+                        progress(done, total)
+        manifest = finalize(plan, output_dir, results, overwrite=overwrite)
+        stage.finish(sum(r["records"] for r in results), "images",
+                     sum((output_dir / r["shard"]).stat().st_size for r in results))
+        return manifest
 
 
 def _intact(output_dir: Path, manifest: dict) -> bool:

@@ -7,23 +7,28 @@ class_histogram.png and image_sizes.png.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from pathlib import Path
 
 from shardkit.atomic import write_json, write_text
 from shardkit.errors import PrepError
 from shardkit.plots import figure, write_png
+from shardkit.progress import Progress, Stage, throttle
 from shardkit.tf import import_tensorflow
 
 from . import labels
 from .reader import find_shards, iter_parsed
 
+log = logging.getLogger(__name__)
 
-def stats(folder: str | Path, out_dir: str | Path, synsets_file=None, *, overwrite: bool = False) -> dict:
+
+def stats(folder: str | Path, out_dir: str | Path, synsets_file=None, *, overwrite: bool = False,
+          progress: Progress | None = None) -> dict:
     """Per-split counts, per-class histogram and image sizes -> out_dir/stats.json, report.txt and two PNG charts.
 
     `overwrite` replaces a report already there (the command line); without it an existing one is
-    kept when identical and refused when not (`shardkit.atomic`).
+    kept when identical and refused when not (`shardkit.atomic`). `progress(done, total)` counts the shards read.
     """
     folder, out_dir = Path(folder), Path(out_dir)
     if out_dir.resolve() == folder.resolve():
@@ -31,12 +36,18 @@ def stats(folder: str | Path, out_dir: str | Path, synsets_file=None, *, overwri
     shards = find_shards(folder)
     synsets = labels.load_synsets(synsets_file)
     tf = import_tensorflow()
+    stage = Stage(log, f"stats {folder}")
+    progress = throttle(progress)
+    shards_read, shards_total = 0, sum(len(paths) for paths in shards.values())
     report = {"folder": str(folder), "splits": {}}
     per_class: dict[str, Counter] = {}
     dims: dict[str, list[tuple[int, int]]] = {}
     for split, paths in shards.items():
         classes, sizes, shard_counts, nbytes, boxes, boxed = Counter(), [], [], [], 0, 0
         for shard in paths:
+            if progress is not None:
+                progress(shards_read, shards_total)
+            shards_read += 1
             n = 0
             for _, rec in iter_parsed(tf, shard):
                 for j, label in enumerate(rec["image/class/label"]):
@@ -69,6 +80,10 @@ def stats(folder: str | Path, out_dir: str | Path, synsets_file=None, *, overwri
     write_json(out_dir / "stats.json", report, overwrite=overwrite)
     write_text(out_dir / "report.txt", stats_report_text(report), overwrite=overwrite)
     _plot(out_dir, per_class, dims, len(synsets), overwrite)
+    if progress is not None:
+        progress(shards_total, shards_total)
+    stage.finish(sum(st["records"] for st in report["splits"].values()), "records",
+                 sum(st["shard_bytes"] for st in report["splits"].values()))
     return report
 
 

@@ -11,34 +11,54 @@ tf.io.decode_jpeg (every image with `decode_all`).
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, check_manifest
 from shardkit.pool import file_map
+from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import check_index
 from shardkit.tf import error_text, import_tensorflow
 
 from . import convert, images, labels
 from .reader import find_shards, iter_parsed
 
+log = logging.getLogger(__name__)
 
-def verify(folder: str | Path, synsets_file=None, decode_all: bool = False, jobs: int = 1) -> dict:
+
+def verify(folder: str | Path, synsets_file=None, decode_all: bool = False, jobs: int = 1,
+           progress: Progress | None = None) -> dict:
     """Check a shard folder (see the module docstring); returns {split: records}. PrepError on a problem.
 
     `jobs` worker processes check shards in parallel (`shardkit.pool.file_map`), each shard whole and
-    the results taken in shard order: the totals and the first problem are those of `jobs` 1."""
+    the results taken in shard order: the totals and the first problem are those of `jobs` 1.
+    `progress(done, total)` counts the bytes of the shards whose records are checked, shard by shard."""
     folder = Path(folder)
+    stage = Stage(log, f"verify {folder}")
+    progress = throttle(progress)
     shards = find_shards(folder)
     synsets = labels.load_synsets(synsets_file)
+    sizes = {shard: shard.stat().st_size for paths in shards.values() for shard in paths}
+    total, done = sum(sizes.values()), 0
     with file_map(jobs) as each_file:
         manifest_counts, manifest_splits = _manifest_records(folder, check_manifest(folder, each_file))
         check = functools.partial(_check_shard, folder, manifest_counts, synsets, decode_all)
-        totals = {split: sum(each_file(check, paths)) for split, paths in shards.items()}
+        totals = {}
+        if progress is not None:
+            progress(0, total)
+        for split, paths in shards.items():
+            totals[split] = 0
+            for shard, count in zip(paths, each_file(check, paths)):
+                totals[split] += count
+                done += sizes[shard]
+                if progress is not None:
+                    progress(done, total)
     for split in convert.SPLITS:
         want = manifest_splits.get(split)
         if want is not None and totals.get(split) != want:
             raise PrepError(f"{folder}: {totals.get(split)} {split} records, MANIFEST.json says {want}")
+    stage.finish(sum(totals.values()), "records", total)
     return totals
 
 

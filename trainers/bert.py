@@ -19,6 +19,7 @@ from typing import Sequence
 
 from shardkit.errors import PrepError
 from shardkit.example import decode_example, decode_example_kinds
+from shardkit.progress import Progress
 from shardkit.records import find_files, read_records
 from wikiprep.schema import BERT_INSTANCE, PRED, SEQ
 
@@ -207,7 +208,8 @@ def split_holdout(files: Sequence[Path], holdout_files: int, dataset_dir: Path) 
 def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps: int = 300,
                batch_size: int = 32, seed: int = 0, learning_rate: float = 1e-3, warmup_fraction: float = 0.1,
                weight_decay: float = 0.01, hidden: int = 64, layers: int = 2, heads: int = 2,
-               holdout_files: int = 0, eval_batches: int = 50, compact_vocab: bool = False) -> dict:
+               holdout_files: int = 0, eval_batches: int = 50, compact_vocab: bool = False,
+               progress: Progress | None = None) -> dict:
     """Pre-train a small BERT on the `wiki_*.tfrecord` files of `dataset_dir` for `steps` steps.
 
     The recipe is BERT's, shrunk: masked-LM + next-sentence loss, the MLM decoder tied to the token
@@ -371,7 +373,8 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
                    if totals.get("mask_weight") else {})}
 
     return train_and_record(train_step, ds, steps, BERT_COLUMNS, on_error, out_dir,
-                            title=f"small BERT on {dataset_dir.name}", evaluate=evaluate, batch_size=batch_size,
+                            title=f"small BERT on {dataset_dir.name}", evaluate=evaluate, progress=progress,
+                            batch_size=batch_size,
                             seq_length=seq, max_predictions_per_seq=pred, vocab_size=vocab_size,
                             vocab_source=vocab_source, model_vocab_size=model_vocab, files=len(train_files),
                             hidden=int(hidden),

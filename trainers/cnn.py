@@ -17,6 +17,7 @@ from pathlib import Path
 from imagenet_prep.schema import IMAGENET_IMAGE
 from shardkit.errors import PrepError
 from shardkit.example import decode_example_kinds
+from shardkit.progress import Progress
 from shardkit.records import find_files
 
 from .loop import (check_params, find_bad_file, first_line, first_record, set_seeds, train_and_record,
@@ -64,7 +65,7 @@ def build_tiny_cnn(image_size: int):
 def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps: int = 300,
                    batch_size: int = 32, image_size: int = 32, seed: int = 0,
                    learning_rate: float = 1e-3, warmup_fraction: float = 0.1, evaluate_validation: bool = False,
-                   eval_batches: int = 50) -> dict:
+                   eval_batches: int = 50, progress: Progress | None = None) -> dict:
     """Train a tiny CNN on the `train-*-of-*` shards of `dataset_dir` for `steps` steps.
 
     Writes `out_dir/metrics.csv` (`IMAGENET_COLUMNS`) and `out_dir/loss.png`, and returns first/last
@@ -159,7 +160,8 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
         raise PrepError(f"{dataset_dir}: ran out of records: {first_line(e)}") from None
 
     return train_and_record(train_step, ds, steps, IMAGENET_COLUMNS, on_error, out_dir,
-                            title=f"tiny CNN on {dataset_dir.name}", evaluate=evaluate, batch_size=batch_size,
+                            title=f"tiny CNN on {dataset_dir.name}", evaluate=evaluate, progress=progress,
+                            batch_size=batch_size,
                             image_size=image_size, files=len(files))
 
 

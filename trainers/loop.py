@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 import os
 import time
@@ -21,7 +22,10 @@ from typing import Sequence
 from shardkit.atomic import write_text
 from shardkit.errors import PrepError
 from shardkit.plots import figure, write_png
+from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import read_records
+
+log = logging.getLogger(__name__)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # set before the trainers import TensorFlow
 
@@ -134,15 +138,19 @@ def first_line(e: BaseException) -> str:
 
 
 def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
-              batch_size: int = 0) -> tuple[list[dict], float, float]:
+              batch_size: int = 0, progress: Progress | None = None) -> tuple[list[dict], float, float]:
     """Run `train_step(batch) -> dict of scalar tensors` for `steps` batches, one row per step.
 
     Returns the rows, the seconds of the first step (graph tracing included) and the mean
     seconds of the others. A `THROUGHPUT` column is `batch_size` over the step's wall time, the
     wait for its batch included. TensorFlow errors go to `on_error(exc)`, which raises a PrepError.
+    `progress(done, total)` counts the steps.
     """
     import tensorflow as tf
 
+    progress = throttle(progress)
+    if progress is not None:
+        progress(0, steps)
     rows: list[dict] = []
     iterator = iter(batches)
     t0 = time.perf_counter()
@@ -160,6 +168,8 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
             if not all(math.isfinite(row[c]) for c in columns if c != "step"):
                 raise PrepError(f"training diverged at step {step}: loss is {row.get('loss')}")
             rows.append(row)
+            if progress is not None:
+                progress(step, steps)
             if step == 1:
                 first_step_s = time.perf_counter() - t0
                 t1 = time.perf_counter()
@@ -172,12 +182,15 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
 
 
 def train_and_record(train_step, batches, steps: int, columns: Sequence[str], on_error,
-                     out_dir: str | os.PathLike, title: str, evaluate=None, **facts) -> dict:
+                     out_dir: str | os.PathLike, title: str, evaluate=None, progress: Progress | None = None,
+                     **facts) -> dict:
     """`run_steps`, then `evaluate()` (a dict of held-out figures; None: no evaluation), then
     `write_metrics`; returns the loss summary, the last steps' mean of every other column, the
-    evaluation, timings, output paths and `facts`."""
+    evaluation, timings, output paths and `facts`. `progress(done, total)` counts the training steps."""
     batch_size = int(facts.get("batch_size", 0))
-    rows, first_step_s, step_s = run_steps(train_step, batches, steps, columns, on_error, batch_size)
+    stage = Stage(log, f"train {title}")
+    rows, first_step_s, step_s = run_steps(train_step, batches, steps, columns, on_error, batch_size, progress)
+    stage.finish(steps, "steps")
     evaluation = evaluate() if evaluate is not None else {}
     csv_path, png_path = write_metrics(out_dir, rows, columns, title=title)
     summary = loss_summary(rows)

@@ -35,6 +35,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from shardkit.cli import at_least_one, error_line, run
+from shardkit import progress
 from shardkit.errors import PrepError, excerpt
 
 from . import inspection, instances, reader, remask, stats, verify
@@ -193,9 +194,10 @@ def _create(args: argparse.Namespace) -> None:
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
     # The original overwrites the files it is told to write: so does this command (a Luigi task never does).
-    written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options,
-                                                layout=layout, pad_position_value=args.pad_position_value,
-                                                overwrite=True)
+    with progress.bar("instances", "B") as bar:
+        written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options,
+                                                    layout=layout, pad_position_value=args.pad_position_value,
+                                                    overwrite=True, progress=bar)
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)
@@ -259,7 +261,8 @@ def _inspect(args: argparse.Namespace) -> None:
 
 
 def _verify(args: argparse.Namespace) -> None:
-    summary = verify.verify(args.path, jobs=args.jobs)
+    with progress.bar("verify", "B") as bar:
+        summary = verify.verify(args.path, jobs=args.jobs, progress=bar)
     print(f"OK {args.path}: {summary['records']} records in {summary['files']} files, "
           f"{summary['bytes']} bytes, seq {summary['max_seq_length']}, "
           f"{summary['max_predictions_per_seq']} predictions ({reader.KIND_NAMES[summary['kind']]})"
@@ -267,7 +270,9 @@ def _verify(args: argparse.Namespace) -> None:
 
 
 def _stats(args: argparse.Namespace) -> None:
-    sys.stdout.write(stats.write_report(args.dir, args.out, overwrite=True))  # a new report replaces the last
+    with progress.bar("stats", "files") as bar:
+        text = stats.write_report(args.dir, args.out, overwrite=True, progress=bar)  # a new report replaces the last
+    sys.stdout.write(text)
     print(f"wrote {Path(args.out) / 'stats.json'} and {Path(args.out) / 'report.txt'}")
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from shardkit.atomic import remove_leftover_temps, sha256_file, write_bytes, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import write_manifest
+from shardkit.progress import Progress
 from shardkit.records import index_path_for
 
 from . import instances, remask
@@ -143,14 +144,14 @@ def claim_folder(folder: str | Path, description: dict) -> None:
 
 def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: str | Path, options: GenerationOptions,
                 description: dict, *, layout: str = remask.STANDARD,
-                pad_position_value: int = PAD_POSITION_VALUE) -> dict:
+                pad_position_value: int = PAD_POSITION_VALUE, progress: Progress | None = None) -> dict:
     """The instances of one sentence shard at `out_path` (+ its `.index`), in the folder `description` claims.
 
     `options.random_seed` is the shard's own seed (`shard_seed`). An `out_path` named `.hdf5`
     (`shard_name(i, "hdf5")`) holds NVIDIA's HDF5 layout and has no index; `layout="remask"`
     writes Graphcore's static-mask records (which need `options.fixed_mask_count`). Returns the
     generation stats; a killed run's temporaries of this shard are removed first, nothing is left
-    half-written.
+    half-written. `progress(done, total)` as `instances.write_pretraining_files`'.
     """
     out_path = Path(out_path)
     options.check()  # before claim_folder writes dataset.json
@@ -160,7 +161,8 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
     claim_folder(out_path.parent, description)
     # This shard's dead writers' temporaries (records, index, spill) go as its writers open their own.
     return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path), index, options,
-                                             layout=layout, pad_position_value=pad_position_value)
+                                             layout=layout, pad_position_value=pad_position_value,
+                                             progress=progress)
 
 
 def finalize(folder: str | Path, description: dict, vocab_path: str | Path, shard_stats: list[dict],

@@ -69,13 +69,11 @@ import json
 import logging
 import os
 import re
-import sys
 import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import requests
 import requests.adapters
@@ -85,6 +83,7 @@ import urllib3
 from wikiprep import __version__
 from shardkit.atomic import commit, read_receipt, receipt_path, write_bytes, write_json, write_receipt
 from shardkit.errors import PrepError, excerpt
+from shardkit.progress import Bar, Progress, Stage
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +116,6 @@ _SUMS_LINE = re.compile(r"^([0-9a-fA-F]{32}|[0-9a-fA-F]{40})\s+\*?(\S+)$")
 HEX_DIGITS = {"sha1": 40, "md5": 32}
 _CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
 
-Progress = Callable[[int, int], None]
 _warned_no_contact = False
 
 
@@ -743,29 +741,20 @@ def _committed(final: Path, part: Part, url: str, info: dict, chunk: int) -> dic
 
 
 class _ProgressBar:
-    """tqdm on a terminal (bytes, rate, ETA), nothing otherwise; plus the caller's callback."""
+    """The shared bar (`shardkit.progress.Bar`: tqdm on a terminal, nothing otherwise), plus the caller's callback."""
 
     def __init__(self, name: str, total: int | None, callback: Progress | None, bar: bool | None):
         self.callback, self.total = callback, total
-        if bar is None:
-            bar = sys.stderr.isatty()
-        self.tqdm = None
-        if bar:
-            from tqdm import tqdm
-
-            self.tqdm = tqdm(total=total, desc=name, unit="B", unit_scale=True, unit_divisor=1024, leave=False, file=sys.stderr)
+        self.bar = Bar(name, "B", enabled=bar)
+        self.bar(0, total)
 
     def update(self, done: int) -> None:
-        if self.tqdm is not None:
-            if done < self.tqdm.n:  # restarted from the beginning
-                self.tqdm.reset(total=self.total)
-            self.tqdm.update(done - self.tqdm.n)
+        self.bar(done, self.total)  # a transfer restarted from the beginning resets it
         if self.callback is not None:
             self.callback(done, self.total if self.total is not None else done)
 
     def close(self) -> None:
-        if self.tqdm is not None:
-            self.tqdm.close()
+        self.bar.close()
 
 
 def _read_sidecar(sidecar: Path) -> dict:
@@ -991,6 +980,7 @@ def fetch_part(
     sidecar = dest_dir / (part.name + SIDECAR_SUFFIX)
     info = {h: getattr(part, h) for h in HASH_TYPES if getattr(part, h)}
 
+    stage = Stage(log, f"download {part.name}")
     with _fetch_lock(dest_dir / (part.name + LOCK_SUFFIX)):
         done = _committed(final, part, url, info, chunk_size)
         if done is not None:
@@ -1026,5 +1016,7 @@ def fetch_part(
             os.fsync(f.fileno())
         commit(partfile, final)  # never replaces: unlocked (`_fetch_lock`), a racer's verified copy may be there
         _discard(sidecar)
-        return write_receipt(final, url=url, **info)
+        receipt = write_receipt(final, url=url, **info)
+        stage.finish(1, "file", receipt["size"])
+        return receipt
 

@@ -78,6 +78,7 @@ from wikiextractor import extract as wx
 
 from shardkit.atomic import atomic_write
 from shardkit.errors import PrepError, excerpt
+from shardkit.progress import Progress, Stage, throttle
 
 log = logging.getLogger(__name__)
 
@@ -416,17 +417,23 @@ class PartReader:
         self.max_page_chars = max_page_chars
         self.siteinfo = SiteInfo()
         self.xml_bytes = 0
+        self.compressed_bytes = 0  # of the range, consumed so far
+        self.compressed_total: int | None = None  # the range's size, once the file is open
 
     def _blocks(self, raw) -> Iterator[tuple[bytes, bool]]:
         """Decompressed XML blocks, each with whether it is the range's own (counted) XML."""
         size = os.fstat(raw.fileno()).st_size
         start, end = self.byte_range or (0, size)
+        self.compressed_total = max(0, end - start)
         if start > 0:
             yield _siteinfo_head(raw, self.path.name), False
         if end > start:
-            with bz2.BZ2File(_ByteRange(raw, start, end)) as stream:
+            compressed = _ByteRange(raw, start, end)
+            with bz2.BZ2File(compressed) as stream:
                 while block := stream.read(READ_BLOCK):
+                    self.compressed_bytes = end - start - compressed.left
                     yield block, True
+        self.compressed_bytes = self.compressed_total
         if end < size or end == start:  # the part's own closing tag lies beyond this range
             yield b"</mediawiki>\n", False
 
@@ -555,7 +562,8 @@ def drop_reason(page: Page) -> str | None:
 
 
 def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: int = 0,
-                 byte_range: tuple[int, int] | None = None, max_page_chars: int = MAX_PAGE_CHARS) -> dict:
+                 byte_range: tuple[int, int] | None = None, max_page_chars: int = MAX_PAGE_CHARS,
+                 progress: Progress | None = None) -> dict:
     """Extract the articles of one bz2 dump part into JSON lines at `out_path` (atomic).
 
     Returns counts: pages seen, articles written, pages dropped by reason, and the bytes of
@@ -564,9 +572,11 @@ def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: 
     that is not a MediaWiki export, and a part from which no article survives. With
     `byte_range` (from `slice_range`) only that slice is extracted, and a slice without
     articles is not an error: the part's verdict comes from all of its slices together
-    (`check_parts`).
+    (`check_parts`). `progress(done, total)` counts the bytes of bz2 consumed, of the part or range.
     """
     part_path, out_path = Path(part_path), Path(out_path)
+    stage = Stage(log, f"extract {part_path.name}" + (f" bytes {byte_range[0]}-{byte_range[1]}" if byte_range else ""))
+    progress = throttle(progress)
     pinned = clock_magic_words(dump_date)
     reader = PartReader(part_path, byte_range, max_page_chars=max_page_chars)
     dropped = dict.fromkeys(DROP_REASONS, 0)
@@ -574,6 +584,8 @@ def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: 
     with atomic_write(out_path, "w") as out:
         for page in reader:
             pages += 1
+            if progress is not None:
+                progress(reader.compressed_bytes, reader.compressed_total)
             if page.too_large:
                 log.warning("dump part %s: page %s %s is larger than %d characters: skipped (%s)",
                             part_path.name, page.id or "?", excerpt(page.title), max_page_chars, TOO_LARGE)
@@ -602,6 +614,9 @@ def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: 
                  "xml_bytes": reader.xml_bytes}
         if byte_range is None:
             _check_articles(stats)
+    if progress is not None:
+        progress(reader.compressed_total or 0, reader.compressed_total or 0)
+    stage.finish(pages, "pages", reader.compressed_total)
     return stats
 
 

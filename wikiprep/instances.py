@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import logging
 import os
 import random
 from array import array
@@ -44,12 +45,15 @@ from typing import Callable, Iterator, Sequence
 from shardkit.atomic import temp_path
 from shardkit.errors import PrepError
 from shardkit.example import encode_example, varint
+from shardkit.progress import Progress, Stage, part_of, throttle
 from shardkit.records import record_writers
 
 from . import hdf5, remask
 from .options import GenerationOptions
 from .schema import BERT_INSTANCE, PAD_POSITION_VALUE, PRED, SEQ
 from .tokenization import FullTokenizer, Vocab
+
+log = logging.getLogger(__name__)
 
 _READ_BLOCK = 1 << 22
 _NOT_TEXT_MAGIC = {b"\x1f\x8b": "a gzip file; decompress it first", b"BZh": "a bzip2 file; decompress it first",
@@ -105,10 +109,11 @@ def _check_text_file(path: str, head: bytes) -> None:
         raise PrepError(f"{path}: not UTF-8 text (over 10% of its first 64 KiB does not decode)")
 
 
-def _lines(path: str, counter: list[int]) -> Iterator[str]:
+def _lines(path: str, counter: list[int], on_block: Callable[[], None] | None = None) -> Iterator[str]:
     """Lines of `path` as the original reads them with `tf.gfile.GFile.readline`: split on '\\n'
     only, every '\\r' byte dropped (TensorFlow's ReadLine never returns one), decoded as UTF-8
-    (bad bytes dropped, as `convert_to_unicode` does). Adds the bytes read to `counter[0]`."""
+    (bad bytes dropped, as `convert_to_unicode` does). Adds the bytes read to `counter[0]`, then calls
+    `on_block()` (when given) once per block of 4 MiB read."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -129,6 +134,8 @@ def _lines(path: str, counter: list[int]) -> Iterator[str]:
                 _check_text_file(path, block)
                 first = False
             counter[0] += len(block)
+            if on_block is not None:
+                on_block()
             text = tail + decoder.decode(block.replace(b"\r", b""), final=not block)
             if not block:
                 if text:
@@ -139,21 +146,25 @@ def _lines(path: str, counter: list[int]) -> Iterator[str]:
             yield from lines
 
 
-def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = True) -> Corpus:
+def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = True,
+                progress: Progress | None = None) -> Corpus:
     """Tokenize `input_files` in order: one sentence per line, blank lines between documents.
 
     As in the original, a document may run on from one file into the next (nothing closes a
     document at the end of a file), lines giving no tokens are skipped and empty documents dropped.
+    `progress(done, total)` counts the bytes read, of the files' sizes.
     """
     corpus = Corpus(varint_table(vocab.size))
     tokens, sent_starts, doc_starts = corpus.tokens, corpus.sentence_starts, corpus.doc_starts
     encode = FullTokenizer(vocab, do_lower_case, token_table=corpus.table).encode
     counter = [0]
+    total = sum(_size(p) for p in input_files)
+    on_block = None if progress is None else lambda: progress(min(counter[0], total), total)
     for path in input_files:
         path = os.fspath(path)
         corpus.files.append(path)
         try:
-            for line in _lines(path, counter):
+            for line in _lines(path, counter, on_block):
                 line = line.strip()
                 if not line:
                     if len(sent_starts) - 1 > doc_starts[-1]:  # a blank line ends a non-empty document
@@ -170,6 +181,8 @@ def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = 
     if len(sent_starts) - 1 > doc_starts[-1]:
         doc_starts.append(len(sent_starts) - 1)
     corpus.bytes_read = counter[0]
+    if progress is not None:
+        progress(total, total)
     if corpus.num_documents == 0:
         names = ", ".join(corpus.files) or "(no input files)"
         raise PrepError(f"{names}: no documents (every line is blank or gives no tokens)")
@@ -190,6 +203,8 @@ Emit = Callable[[list, int, int, list, list, bool], None]
 # memory stays linear in max_seq_length: full tables of runs are quadratic (seq 20000 took 422 MB).
 _FULL_TABLE = 1024
 _KEEP_BYTES = 1024  # an `_OnDemand` table keeps values up to this size (at most ~0.5 MB of runs)
+_PROGRESS_DOCS = 64  # generate reports its progress every this many documents
+_PROGRESS_RECORDS = 4096  # the copy-out, every this many records
 
 
 class _OnDemand(dict):
@@ -233,8 +248,12 @@ def _shuffled_documents(corpus: Corpus, rng: random.Random) -> tuple[list[int], 
     return [starts[d] for d in order], [starts[d + 1] - starts[d] for d in order]
 
 
-def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random, emit: Emit) -> None:
+def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random, emit: Emit,
+             progress: Progress | None = None) -> None:
     """Every instance of every dupe pass, in the original's creation order (before its final shuffle).
+
+    `progress(done, total)` counts documents, once per dupe pass (total: dupe_factor x documents),
+    called every `_PROGRESS_DOCS` documents: a test per document is all it costs the loop.
 
     Random draws go straight to `rng.random` and `rng.getrandbits`, the primitives behind the
     original's `randint` and `shuffle` (`randint(a, b)` is `a + _randbelow(b - a + 1)`, and
@@ -337,8 +356,11 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
                 tokens[pos] = replacements[r]
         return positions, labels
 
-    for _ in range(opts.dupe_factor):
+    passes_total = opts.dupe_factor * n_docs
+    for dupe_pass in range(opts.dupe_factor):
         for d in range(n_docs):
+            if not d % _PROGRESS_DOCS and progress is not None:
+                progress(dupe_pass * n_docs + d, passes_total)
             first = doc_first[d]
             n_sent = doc_len[d]
             last = n_sent - 1
@@ -401,6 +423,8 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
                     chunk_n = 0
                     length = 0
                 i += 1
+    if progress is not None:
+        progress(passes_total, passes_total)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,16 +531,31 @@ def _int64_entry(key: bytes, packed: bytes) -> bytes:
 # ---------------------------------------------------------------------------------------------
 # Public API
 
-def prepare(input_files: Sequence[str], vocab_file: str, options: GenerationOptions) -> tuple[Vocab, Corpus]:
-    """The vocabulary and the tokenized corpus of `input_files`, after checking `options`."""
+def prepare(input_files: Sequence[str], vocab_file: str, options: GenerationOptions,
+            progress: Progress | None = None) -> tuple[Vocab, Corpus]:
+    """The vocabulary and the tokenized corpus of `input_files`, after checking `options`
+    (`progress` as `read_corpus`'s)."""
     options.check()
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]
     if not input_files:
         raise PrepError("no input files given")
     vocab = Vocab(vocab_file)
-    corpus = read_corpus([os.fspath(p) for p in input_files], vocab, options.do_lower_case)
+    corpus = read_corpus([os.fspath(p) for p in input_files], vocab, options.do_lower_case, progress)
     return vocab, corpus
+
+
+def _size(path: str | os.PathLike) -> int:
+    """An input's size, 0 if it cannot be read (its reader names the problem)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+# How a writer's time splits between its phases (benchmarks/bench_instances.py --phases, seq 128, dupe 5:
+# 19% reading and tokenizing, 71% generating and encoding, 10% copying out), in tenths of its progress.
+_READ_TENTHS, _GENERATE_TENTHS = 2, 7
 
 
 class _Stats:
@@ -619,7 +658,7 @@ def check_output_layout(output_files: Sequence[str | os.PathLike], index_files: 
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
                             index_files: Sequence[str | None] | None, opts: GenerationOptions, *,
                             layout: str = remask.STANDARD, pad_position_value: int = PAD_POSITION_VALUE,
-                            overwrite: bool = False) -> dict:
+                            overwrite: bool = False, progress: Progress | None = None) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
     `index_files[i]` (or None) is the index of `output_files[i]`. Outputs named `.hdf5`/`.h5` get
@@ -630,6 +669,10 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     written, and every output and index is committed together: on any error none of them appears.
     `overwrite` replaces existing outputs, as the original does (the command line); without it
     an existing output is never replaced: identical is accepted, different refused (`shardkit.atomic`).
+
+    `progress(done, total)` counts the input's bytes, spread over the run's phases as their time is:
+    reading the first 2 tenths, generating the next 7 (by documents of every dupe pass), writing the
+    last (by records); one INFO line closes the run.
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -642,7 +685,12 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]
     check_output_paths(input_files, vocab_file, outputs, indexes)
-    vocab, corpus = prepare(input_files, vocab_file, opts)
+    more = f" and {len(outputs) - 1} more" if len(outputs) > 1 else ""
+    stage = Stage(log, f"instances {outputs[0].name}{more}")
+    progress = throttle(progress)
+    total = sum(_size(p) for p in input_files)
+    read_end, generate_end = total * _READ_TENTHS // 10, total * (_READ_TENTHS + _GENERATE_TENTHS) // 10
+    vocab, corpus = prepare(input_files, vocab_file, opts, part_of(progress, 0, read_end, total))
     rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
     dims = {SEQ: opts.max_seq_length, PRED: opts.max_predictions_per_seq}
@@ -669,7 +717,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
                 masked[len(positions)] += 1
                 random_next[is_random] += 1
 
-            generate(corpus, vocab, opts, rng, emit)
+            generate(corpus, vocab, opts, rng, emit, part_of(progress, read_end, generate_end, total))
             report = stats.report(corpus, vocab)
             del corpus  # not needed while the records are copied out
             spill.flush()
@@ -677,28 +725,37 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
             rng.shuffle(order)  # draw: shuffle(instances)
             # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
             fd, pread = spill.fileno(), os.pread
+            copied = part_of(progress, generate_end, total, total)
             if fmt == HDF5:
-                _write_hdf5_files(writers, encoder, dims, order, offsets, fd)
+                _write_hdf5_files(writers, encoder, dims, order, offsets, fd, copied)
             else:
                 writes = [w.write for w in writers]
-                n_out = len(writes)
+                n_out, n = len(writes), len(order)
                 for k, inst in enumerate(order):
+                    if not k % _PROGRESS_RECORDS and copied is not None:
+                        copied(k, n)
                     start = offsets[inst]
                     writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
     finally:
         with contextlib.suppress(FileNotFoundError):
             spill_path.unlink()
+    if progress is not None:
+        progress(total, total)
+    stage.finish(report["instances"], "instances", report["input_bytes"])
     return report
 
 
 def _write_hdf5_files(files: hdf5.HDF5Files, rows: hdf5.InstanceRows, dims: dict[str, int], order: array,
-                      offsets: array, fd: int) -> None:
-    """Instance `order[k]` to output k mod n, a block of whole chunks per output at a time."""
+                      offsets: array, fd: int, progress: Progress | None = None) -> None:
+    """Instance `order[k]` to output k mod n, a block of whole chunks per output at a time
+    (`progress(done, total)` in instances, per block)."""
     n_out, total = len(files.paths), len(order)
     writers = [files.create(j, len(range(j, total, n_out)), dims) for j in range(n_out)]
     step = hdf5.chunk_rows(dims) * n_out  # a multiple of n_out: row i of a block goes to output i mod n_out
     pread = os.pread
     for start in range(0, total, step):
+        if progress is not None:
+            progress(start, total)
         block = rows.block([pread(fd, offsets[inst + 1] - offsets[inst], offsets[inst])
                             for inst in order[start:start + step]])
         for j, w in enumerate(writers):
@@ -707,7 +764,8 @@ def _write_hdf5_files(files: hdf5.HDF5Files, rows: hdf5.InstanceRows, dims: dict
 
 def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None,
                             options: GenerationOptions, *, layout: str = remask.STANDARD,
-                            pad_position_value: int = PAD_POSITION_VALUE, overwrite: bool = False) -> dict:
+                            pad_position_value: int = PAD_POSITION_VALUE, overwrite: bool = False,
+                            progress: Progress | None = None) -> dict:
     """All instances of `input_files` in one file (+ its `offset length` index for a TFRecord); returns stats.
 
     The instances, their order and every feature equal those of google-research/bert's
@@ -717,4 +775,4 @@ def create_pretraining_file(input_files: list[str], vocab_file: str, output_file
     nothing is left half-written.
     """
     return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options, layout=layout,
-                                   pad_position_value=pad_position_value, overwrite=overwrite)
+                                   pad_position_value=pad_position_value, overwrite=overwrite, progress=progress)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -25,9 +27,12 @@ from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenc
 
 from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
+from shardkit.progress import Progress, Stage, throttle
 
 from .clean import clean_document
 from .extract import check_parts
+
+log = logging.getLogger(__name__)
 
 
 # nltk >= 3.9.3 runs every Punkt regex through `nltk.redos`: the `regex` engine with a timeout
@@ -110,8 +115,9 @@ def split_name(num_shards: int, seed: int, min_chars: int) -> str:
     return f"n{num_shards}_seed{seed}_min{min_chars}"
 
 
-def read_documents(extracted_path: str | Path) -> Iterator[dict]:
-    """Stream the documents of one extracted part (JSON lines with id, title, text)."""
+def read_documents(extracted_path: str | Path, consumed: list[int] | None = None) -> Iterator[dict]:
+    """Stream the documents of one extracted part (JSON lines with id, title, text). `consumed[0]`, when
+    given, follows the bytes of the file read so far (to within the 8 KiB the text layer reads ahead)."""
     path = Path(extracted_path)
     try:
         f = open(path, encoding="utf-8")
@@ -128,6 +134,8 @@ def read_documents(extracted_path: str | Path) -> Iterator[dict]:
                     raise TypeError
             except (ValueError, KeyError, TypeError):
                 raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") from None
+            if consumed is not None:
+                consumed[0] = f.buffer.tell()
             yield doc
 
 
@@ -186,6 +194,7 @@ class PunktSample:
 
 def train_punkt(sample: list[str], out_path: str | Path, *, source: str = "the extracted parts") -> dict:
     """Train Punkt on the sample texts (see `punkt_sample`); commit its parameters as JSON."""
+    stage = Stage(log, f"train Punkt on {source}")
     if not sample:
         raise PrepError(f"sentence model: no article text to train Punkt on in {source}")
     trainer = PunktTrainer(lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
@@ -201,6 +210,7 @@ def train_punkt(sample: list[str], out_path: str | Path, *, source: str = "the e
         "trained_on_chars": sum(len(t) for t in sample),
     }
     write_json(out_path, model)
+    stage.finish(len(sample), "documents", model["trained_on_chars"])
     return {"abbreviations": len(model["abbrev_types"]), "trained_on_chars": model["trained_on_chars"]}
 
 
@@ -236,16 +246,26 @@ def bucket_name(shard: int) -> str:
 
 
 def split_part(extracted_path: str | Path, punkt_path: str | Path, out_dir: str | Path, *, num_shards: int,
-               seed: int, min_chars: int = 0) -> dict:
-    """Clean and sentence-split one extracted part into `num_shards` bucket files, committed as one folder."""
+               seed: int, min_chars: int = 0, progress: Progress | None = None) -> dict:
+    """Clean and sentence-split one extracted part into `num_shards` bucket files, committed as one folder.
+
+    `progress(done, total)` counts the bytes of the extracted part read."""
+    stage = Stage(log, f"split {Path(extracted_path).name}")
+    progress = throttle(progress)
     splitter = load_punkt(punkt_path)
     dropped: Counter = Counter()
     documents = sentences = 0
     per_shard = [0] * num_shards
+    consumed = [0]
+    total = _size(extracted_path)
+    if progress is not None:
+        progress(0, total)
     with atomic_dir(out_dir) as tmp:
         files = [open(tmp / bucket_name(i), "w", encoding="utf-8", newline="\n") for i in range(num_shards)]
         try:
-            for doc in read_documents(extracted_path):
+            for doc in read_documents(extracted_path, consumed):
+                if progress is not None:
+                    progress(consumed[0], total)
                 paragraphs, reason = clean_document(doc, min_chars=min_chars)
                 lines = document_sentences(paragraphs, splitter) if paragraphs else []
                 if not lines:
@@ -259,8 +279,19 @@ def split_part(extracted_path: str | Path, punkt_path: str | Path, out_dir: str 
         finally:
             for f in files:
                 f.close()
+    if progress is not None:
+        progress(total, total)
+    stage.finish(documents, "documents", total)
     return {"documents": documents, "sentences": sentences, "dropped": dict(sorted(dropped.items())),
             "documents_per_shard": per_shard}
+
+
+def _size(path: str | Path) -> int:
+    """The size of an input file, 0 if it is missing (its reader names the problem)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def shard_name(shard: int) -> str:
@@ -307,14 +338,21 @@ def check_shard(shard: int, num_shards: int) -> None:
         raise PrepError(f"--shard {shard}: must be from 0 to {num_shards - 1} (--num-shards {num_shards})")
 
 
-def merge_shard(bucket_paths: list[str | Path], out_path: str | Path) -> dict:
+def merge_shard(bucket_paths: list[str | Path], out_path: str | Path, progress: Progress | None = None) -> dict:
     """Concatenate one bucket of every part, in the given (part) order, into a sentence shard.
 
     Shard i is `bucket_name(i)` of every split in dump order: whatever merges it, alone or
-    beside any others, writes the same bytes. Returns its documents and sentences."""
-    documents = sentences = 0
+    beside any others, writes the same bytes. Returns its documents and sentences.
+    `progress(done, total)` counts the bytes of the buckets copied, bucket by bucket."""
+    stage = Stage(log, f"merge {Path(out_path).name}")
+    progress = throttle(progress)
+    sizes = [_size(p) for p in bucket_paths]
+    total = sum(sizes)
+    documents = sentences = done = 0
     with atomic_write(out_path, "wb") as out:
-        for path in bucket_paths:
+        for path, size in zip(bucket_paths, sizes):
+            if progress is not None:
+                progress(done, total)
             with open(path, "rb") as f:
                 for line in f:
                     out.write(line)
@@ -322,4 +360,8 @@ def merge_shard(bucket_paths: list[str | Path], out_path: str | Path) -> dict:
                         documents += 1
                     else:
                         sentences += 1
+            done += size
+    if progress is not None:
+        progress(total, total)
+    stage.finish(documents, "documents", total)
     return {"documents": documents, "sentences": sentences}

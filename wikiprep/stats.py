@@ -6,19 +6,25 @@ either layout, h5py for NVIDIA's HDF5 files), so the figures describe what a tra
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
 from shardkit.atomic import write_json, write_text
 from shardkit.errors import PrepError
+from shardkit.progress import Progress, Stage, throttle
 
 from .reader import KIND_NAMES, batches, open_records
 from .schema import PRED, SEQ
 from .tokenization import UNK, Vocab
 
+log = logging.getLogger(__name__)
 
-def dataset_stats(folder: str | Path) -> dict:
-    """Counts and histograms of every record of a folder of BERT records (or of one record file), in any layout."""
+
+def dataset_stats(folder: str | Path, progress: Progress | None = None) -> dict:
+    """Counts and histograms of every record of a folder of BERT records (or of one record file), in any layout.
+
+    `progress(done, total)` counts the record files read."""
     import numpy as np
 
     folder = Path(folder)
@@ -31,7 +37,12 @@ def dataset_stats(folder: str | Path) -> dict:
     masked = np.zeros(max_pred + 1, np.int64)
     per_file = {p: 0 for p in files}
     random_next = tokens = unk = 0
+    stage = Stage(log, f"stats {folder}")
+    progress, reading = throttle(progress), None
     for path, b in batches(found):
+        if path != reading and progress is not None:  # a new file: the ones before it are read
+            progress(files.index(path), len(files))
+        reading = path
         n_real = b["input_mask"].sum(axis=1)
         k = (b["masked_lm_weights"] > 0).sum(axis=1)
         lengths += np.bincount(n_real, minlength=seq + 1)[:seq + 1]
@@ -48,6 +59,9 @@ def dataset_stats(folder: str | Path) -> dict:
     if records == 0:
         raise PrepError(f"{folder}: the record files hold no records")
     sizes = [p.stat().st_size for p in files]
+    if progress is not None:
+        progress(len(files), len(files))
+    stage.finish(records, "records", sum(sizes))
     mean = sum(sizes) / len(sizes)
     return {
         "folder": str(folder),
@@ -120,7 +134,8 @@ def stats_report_text(st: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False) -> str:
+def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False,
+                 progress: Progress | None = None) -> str:
     """Commit `out/stats.json` and `out/report.txt` for the dataset in `folder`; returns the report's text.
 
     `overwrite` replaces a report already there (the command line); without it an existing one is
@@ -129,7 +144,7 @@ def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False
     folder, out = Path(folder), Path(out)
     if out.resolve() == folder.resolve():
         raise PrepError(f"--out {out}: choose a report folder other than the dataset itself")
-    st = dataset_stats(folder)
+    st = dataset_stats(folder, progress)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "stats.json", st, overwrite=overwrite)
     text = stats_report_text(st)

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from pathlib import Path
 
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, check_manifest
 from shardkit.pool import file_map
+from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import check_index, index_path_for
 
 from .reader import HDF5, RecordFiles, count_records, file_batches, open_records
 from .schema import SEQ
+
+log = logging.getLogger(__name__)
 
 
 def check_batch(b: dict, seq: int) -> str | None:
@@ -55,7 +59,7 @@ def check_batch(b: dict, seq: int) -> str | None:
     return None
 
 
-def verify(path: str | Path, jobs: int = 1) -> dict:
+def verify(path: str | Path, jobs: int = 1, progress: Progress | None = None) -> dict:
     """Check a BERT dataset folder, or record files without a manifest; PrepError naming the first problem.
 
     A folder with MANIFEST.json gets every check of the module docstring. A record file (TFRecord
@@ -65,12 +69,17 @@ def verify(path: str | Path, jobs: int = 1) -> dict:
     `jobs` worker processes check files in parallel (`shardkit.pool.file_map`): each stage's files
     in file order, so the summary and the first problem are those of `jobs` 1.
     Returns a summary: files, records, bytes, the dimensions, the kind, and whether a manifest was checked.
+    `progress(done, total)` counts the bytes of the record files whose records are read and checked
+    (the last and longest pass), file by file.
     """
+    stage = Stage(log, f"verify {path}")
     with file_map(jobs) as each_file:
-        return _verify(Path(path), each_file)
+        summary = _verify(Path(path), each_file, throttle(progress))
+    stage.finish(summary["records"], "records", summary["bytes"])
+    return summary
 
 
-def _verify(path: Path, each_file) -> dict:
+def _verify(path: Path, each_file, progress: Progress | None) -> dict:
     with_manifest = path.is_dir() and (path / MANIFEST).exists()
     if path.is_dir() and not with_manifest and (path / "dataset.json").is_file():
         raise PrepError(f"{path}: dataset.json but no {MANIFEST}: an unfinished dataset (run its task again to "
@@ -101,13 +110,22 @@ def _verify(path: Path, each_file) -> dict:
     elif records.kind != HDF5:
         indexed = [file for file in files if index_path_for(file).is_file()]  # not required, but one must match
         counts.update(zip(indexed, each_file(functools.partial(_count, records), indexed)))
-    parsed = dict(zip(files, each_file(functools.partial(_parse, records), files)))
+    sizes = {file: file.stat().st_size for file in files}
+    total, done = sum(sizes.values()), 0
+    parsed = {}
+    if progress is not None:
+        progress(0, total)
+    for file, n in zip(files, each_file(functools.partial(_parse, records), files)):
+        parsed[file] = n
+        done += sizes[file]
+        if progress is not None:
+            progress(done, total)
     for file, n in parsed.items():
         if file in counts and n != counts[file]:
             raise PrepError(f"{file}: {n} records read, the {'file' if records.kind == HDF5 else 'index'} "
                             f"lists {counts[file]}")
     return {"files": len(files), "records": sum(parsed.values()), **records.dims, "kind": records.kind,
-            "manifest": with_manifest, "bytes": sum(p.stat().st_size for p in files)}
+            "manifest": with_manifest, "bytes": total}
 
 
 def _count(records: RecordFiles, file: Path) -> int:

@@ -15,6 +15,8 @@ evenly from the input files in their given order.
 from __future__ import annotations
 
 import heapq
+import logging
+import os
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -22,20 +24,30 @@ from tokenizers import normalizers, pre_tokenizers
 
 from shardkit.atomic import write_text
 from shardkit.errors import PrepError
+from shardkit.progress import Progress, Stage, throttle
 
 from .tokenization import Vocab
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PREFIX = "##"
 
+log = logging.getLogger(__name__)
 
-def count_words(files: list[str | Path], *, lowercase: bool = True, max_chars: int = 200_000_000) -> Counter:
-    """Count the pre-tokenized words of (a bounded, evenly spread sample of) `files`."""
+
+def count_words(files: list[str | Path], *, lowercase: bool = True, max_chars: int = 200_000_000,
+                progress: Progress | None = None) -> Counter:
+    """Count the pre-tokenized words of (a bounded, evenly spread sample of) `files`.
+
+    `progress(done, total)` counts characters taken; the total is what the files can give at most (each
+    file's share of `max_chars`, or its size when smaller), and becomes the count taken once every file is read."""
     normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=None, clean_text=True,
                                             handle_chinese_chars=True)
     pre = pre_tokenizers.BertPreTokenizer()
     counts: Counter = Counter()
     budget = max_chars // max(1, len(files))
+    progress = throttle(progress)
+    total = sum(min(budget, _size(p)) for p in files)
+    before = 0  # characters taken from the files before this one
     for path in files:
         taken = 0
         try:
@@ -49,9 +61,21 @@ def count_words(files: list[str | Path], *, lowercase: bool = True, max_chars: i
                     continue
                 taken += len(line)
                 counts.update(w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(line)))
+                if progress is not None:
+                    progress(min(before + taken, total), total)  # a file's last line may pass its share
                 if taken >= budget:
                     break
+        before += taken
+    if progress is not None:
+        progress(before, before)
     return counts
+
+
+def _size(path: str | Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def train_wordpiece(word_counts: Counter, vocab_size: int, *, min_frequency: int = 2,
@@ -135,11 +159,16 @@ def train_wordpiece(word_counts: Counter, vocab_size: int, *, min_frequency: int
 
 
 def build_vocab(files: list[str | Path], out_path: str | Path, *, vocab_size: int = 30522,
-                lowercase: bool = True, min_frequency: int = 2, max_chars: int = 200_000_000) -> dict:
-    """Train a vocabulary on `files` and commit it as a BERT `vocab.txt` (one token per line)."""
-    vocab = train_wordpiece(count_words(files, lowercase=lowercase, max_chars=max_chars), vocab_size,
-                            min_frequency=min_frequency)
+                lowercase: bool = True, min_frequency: int = 2, max_chars: int = 200_000_000,
+                progress: Progress | None = None) -> dict:
+    """Train a vocabulary on `files` and commit it as a BERT `vocab.txt` (one token per line).
+
+    `progress(done, total)` follows the counting of words, which takes most of the time (`count_words`)."""
+    stage = Stage(log, f"train vocabulary {Path(out_path).name}")
+    words = count_words(files, lowercase=lowercase, max_chars=max_chars, progress=progress)
+    vocab = train_wordpiece(words, vocab_size, min_frequency=min_frequency)
     write_text(out_path, "".join(tok + "\n" for tok in vocab))
+    stage.finish(len(words), "distinct words")
     return {"vocab_size": len(vocab), "requested_vocab_size": vocab_size}
 
 

@@ -8,6 +8,10 @@ the exception of a failing complete() (worker._add logs only its formatted trace
 own log records of such a failure keep their first line, given the message, and lose the
 traceback; at `--log-level DEBUG` (given, not Luigi's default) they keep it, for whoever debugs
 the code rather than the input.
+
+Progress: a long task passes `self.progress(what, unit)` to its library stage, which luigid's web UI
+then shows as the task's percentage and status message. The libraries' own log lines (each stage's
+closing INFO line: items, bytes, time, rate) go to the console at the run's log level, beside Luigi's.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import luigi
 from shardkit.atomic import read_dir_receipt, read_receipt, receipt_path
 from shardkit.cli import error_line
 from shardkit.errors import PrepError
+from shardkit.progress import Progress, status, throttle
 from shardkit.signals import raise_on_sigterm
 
 logger = logging.getLogger("luigi-interface")
@@ -60,20 +65,35 @@ def _logged_prep_error(record: logging.LogRecord) -> PrepError | None:
     return next((e for e in candidates if text.endswith(_exception_line(e))), None)
 
 
+def _option(flag: str) -> str | None:
+    """The value of `--flag VALUE` or `--flag=VALUE` on the command line, if given."""
+    argv = sys.argv[1:]
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.partition("=")[2]
+    return None
+
+
+def _log_level() -> str:
+    """The run's log level as Luigi takes it: `--log-level` on the command line, else log_level in the Luigi
+    config (LUIGI_DEFAULTS fill in INFO where no config sets it), upper case."""
+    given = _option("--log-level")
+    if given is not None:
+        return given.upper()
+    config = luigi.configuration.get_config()
+    return next((config.get("core", key).upper() for key in ("log_level", "log-level")
+                 if config.has_option("core", key)), "INFO")
+
+
 def _debugging() -> bool:
     """Tracebacks wanted: `--log-level DEBUG` on the command line, or log_level DEBUG in the Luigi config.
 
     Luigi's own default level is DEBUG too, but a user who ran from a folder without luigi.cfg
     asked for nothing: bad input stays one line unless DEBUG was asked for.
     """
-    argv = sys.argv[1:]
-    for i, arg in enumerate(argv):
-        if arg == "--log-level" and i + 1 < len(argv):
-            return argv[i + 1].upper() == "DEBUG"
-        if arg.startswith("--log-level="):
-            return arg.partition("=")[2].upper() == "DEBUG"
-    config = luigi.configuration.get_config()
-    return any(config.get("core", key, "").upper() == "DEBUG" for key in ("log_level", "log-level"))
+    return _log_level() == "DEBUG"
 
 
 class _PrepErrorTracebacks(logging.Filter):
@@ -119,6 +139,46 @@ def _fill_luigi_defaults() -> None:
 
 
 _fill_luigi_defaults()
+
+# The libraries log under their package names; Luigi's default logging set-up gives a handler to its
+# own "luigi-interface" logger alone, so without this their lines (warnings included) would reach
+# the console only through Python's last-resort handler, and their INFO lines not at all. They get
+# Luigi's format and the run's level, unless a logging configuration file (`--logging-conf-file`,
+# `[core] logging_conf_file`) or Luigi's `no_configure_logging` says how logging is set up. They
+# still propagate: Luigi's own set-up gives the root logger no handler, so nothing prints twice.
+LIBRARY_LOGGERS = ("shardkit", "wikiprep", "imagenet_prep", "trainers")
+
+
+class _Console(logging.StreamHandler):
+    """A handler on whatever sys.stderr is when it writes (as Python's last-resort handler), so that a
+    process that swaps stderr after importing the tasks (a test runner) is never written to a closed stream."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+def _configure_library_logging() -> None:
+    config = luigi.configuration.get_config()
+    if (_option("--logging-conf-file") or config.get("core", "logging_conf_file", None)
+            or config.getboolean("core", "no_configure_logging", False)):
+        return
+    level = getattr(logging, _log_level(), logging.INFO)
+    handler = _Console()
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    handler.setLevel(level)
+    for name in LIBRARY_LOGGERS:
+        library = logging.getLogger(name)
+        if not any(isinstance(h, _Console) for h in library.handlers):
+            library.addHandler(handler)
+            library.setLevel(level)
+
+
+_configure_library_logging()
 
 # SIGTERM (Slurm's time limit, preemption, `kill`) unwinds a running task like an exception, so its
 # open atomic writes remove their temporaries; the forked worker processes inherit the handler.
@@ -185,6 +245,10 @@ class ReceiptTarget(luigi.Target):
             return json.load(f)
 
 
+# luigid hears of a task's progress at most this often: each report is an HTTP request to it.
+PROGRESS_SECONDS = 2.0
+
+
 class PrepTask(luigi.Task):
     """Base of every task: a PrepError is printed as one `{prog}: error: ...` line and carried to luigid.
 
@@ -220,6 +284,18 @@ class PrepTask(luigi.Task):
         Called by complete(), the first thing Luigi asks of a task: an output made with other
         parameters is refused here, before any work starts, rather than silently returned.
         """
+
+    def progress(self, what: str, unit: str) -> Progress:
+        """A library stage's `progress` for luigid: the task's percentage and a status message such as
+        'extract enwiki-…bz2: 12.3 of 40.1 MB' (unit 'B' for bytes, else the items' name), sent at most
+        every PROGRESS_SECONDS (each is a request to the scheduler). Outside a Luigi worker it does nothing."""
+        def report(done: int, total: int | None) -> None:
+            if callable(getattr(self, "set_progress_percentage", None)) and total:
+                self.set_progress_percentage(round(100 * done / total, 1))
+            if callable(getattr(self, "set_status_message", None)):
+                self.set_status_message(status(what, done, total, unit))
+
+        return throttle(report, PROGRESS_SECONDS)
 
     def on_failure(self, exception):
         if isinstance(exception, PrepError):

@@ -64,7 +64,8 @@ class ImageNetShard(ImageNetTask):
     def run(self):
         remove_stale_temps(self.output().path)
         plan = convert.read_plan(self.input().path)
-        result = convert.write_shard(plan, self.split, self.index, self.output_dir)
+        result = convert.write_shard(plan, self.split, self.index, self.output_dir,
+                                     progress=self.progress(f"shard {self.output().path.name}", "images"))
         write_receipt(self.output().path, result=result)
 
 

@@ -42,7 +42,8 @@ class TrainBert(TrainTask):
     def run(self):
         from trainers.bert import train_bert  # Keras loads only when a trainer runs
 
-        result = train_bert(self.dataset_dir, self.out_dir, steps=self.steps, holdout_files=self.holdout_files)
+        result = train_bert(self.dataset_dir, self.out_dir, steps=self.steps, holdout_files=self.holdout_files,
+                            progress=self.progress("train BERT", "steps"))
         write_receipt(self.output().path, result=receipt_result(self, result))
 
 
@@ -55,5 +56,6 @@ class TrainImageNet(TrainTask):
         from trainers.cnn import train_imagenet
 
         has_validation = any(Path(self.dataset_dir).glob("validation-*-of-*"))
-        result = train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps, evaluate_validation=has_validation)
+        result = train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps, evaluate_validation=has_validation,
+                                progress=self.progress("train CNN", "steps"))
         write_receipt(self.output().path, result=receipt_result(self, result))

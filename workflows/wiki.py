@@ -98,14 +98,8 @@ class DownloadPart(DumpTask):
         by_name = {p.name: p for p in self.parts()}
         if self.part not in by_name:
             raise PrepError(f"--part {self.part}: not a file of {self.wiki} {self.dump_date}")
-
-        def progress(done: int, total: int) -> None:
-            if total:
-                self.set_progress_percentage(round(100 * done / total, 1))
-            self.set_status_message(f"{self.part}: {done / 1e6:.1f} of {total / 1e6:.1f} MB")
-
         download.fetch_part(self.dump_url, self.wiki, self.dump_date, by_name[self.part], self.download_dir,
-                            progress=progress)
+                            progress=self.progress(f"download {self.part}", "B"))
 
 
 class DownloadDump(DumpTask):
@@ -140,7 +134,8 @@ class ExtractPart(DumpTask):
         out = self.output().path
         remove_stale_temps(out)
         part = self.input().path
-        stats = extract.extract_part(part, out, self.dump_date, byte_range=self.piece.byte_range(part))
+        stats = extract.extract_part(part, out, self.dump_date, byte_range=self.piece.byte_range(part),
+                                     progress=self.progress(f"extract {self.piece.name}", "B"))
         write_receipt(out, stats=stats)
 
 
@@ -219,7 +214,8 @@ class SplitPart(DumpTask):
 
     def run(self):
         stats = sentences.split_part(self.input()["part"].path, self.input()["punkt"].path, self.output().path,
-                                     num_shards=self.num_shards, seed=self.seed, min_chars=self.min_doc_chars)
+                                     num_shards=self.num_shards, seed=self.seed, min_chars=self.min_doc_chars,
+                                     progress=self.progress(f"split {self.output().path.name}", "B"))
         write_dir_receipt(self.output().path, stats=stats)
 
 
@@ -317,7 +313,8 @@ class SentenceShard(DumpTask):
         # Before shards were merged one per task, the folder was built whole under a temporary name.
         remove_stale_temps(out.parent)
         corpus = self.requires().corpus()
-        stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out)
+        stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out,
+                                      progress=self.progress(f"merge {out.name}", "B"))
         write_receipt(out, stats=stats, corpus={"documents": corpus["documents"], "dropped": corpus["dropped"]})
 
 
@@ -342,7 +339,8 @@ class TrainVocab(DumpTask):
     def run(self):
         shards = sorted(t.path for t in self.input())
         stats = vocab.build_vocab(shards, self.output().path, vocab_size=self.vocab_size,
-                                  lowercase=self.do_lower_case)
+                                  lowercase=self.do_lower_case,
+                                  progress=self.progress("count words for the vocabulary", "characters"))
         write_receipt(self.output().path, stats=stats)
 
 
@@ -439,7 +437,8 @@ class PretrainShard(PretrainTask):
         seed = dataset.shard_seed(self.seed, self.shard)
         stats = dataset.write_shard(self.input()["sentences"].path,
                                     self.vocab_path(), out, dataclasses.replace(self.options, random_seed=seed),
-                                    self.description(), layout=self.layout, pad_position_value=self.pad_position_value)
+                                    self.description(), layout=self.layout, pad_position_value=self.pad_position_value,
+                                    progress=self.progress(f"instances {out.name}", "B"))
         # The index's hash too, taken here where the shard was written, so that PretrainDataset's
         # manifest reads neither file again (HDF5 shards have no index).
         index = dataset.shard_index(out)
