@@ -654,10 +654,10 @@ CASES: list[Bad] = [
     Bad("status-sha1-is-a-list", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
         ".sha1 is an array, not 40 hex digits", setup=_status(lambda d: _first_file(d).update(sha1=[]))),
     Bad("status-is-dev-zero", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
-        f"{{site}}/{{wiki}}/{{date}}/dumpstatus.json is larger than 8 MiB",
+        "{site}/{wiki}/{date}/dumpstatus.json is larger than 8 MiB",
         setup=_replace_with_dev_zero(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/dumpstatus.json")),
     Bad("sha1sums-is-dev-zero", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
-        f"{{site}}/{{wiki}}/{{date}}/{{wiki}}-{{date}}-sha1sums.txt is larger than 8 MiB",
+        "{site}/{wiki}/{date}/{wiki}-{date}-sha1sums.txt is larger than 8 MiB",
         setup=_replace_with_dev_zero(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/{DEMO_WIKI}-{DEMO_DATE}-sha1sums.txt")),
 
     # --- imagenet-prep

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
-import os
 import socket
 import subprocess
 import sys

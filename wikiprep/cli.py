@@ -266,7 +266,7 @@ def _verify(args: argparse.Namespace) -> None:
     print(f"OK {args.path}: {summary['records']} records in {summary['files']} files, "
           f"{summary['bytes']} bytes, seq {summary['max_seq_length']}, "
           f"{summary['max_predictions_per_seq']} predictions ({reader.KIND_NAMES[summary['kind']]})"
-          + ("" if summary["manifest"] else f"; no MANIFEST.json: records checked, not checksums"))
+          + ("" if summary["manifest"] else "; no MANIFEST.json: records checked, not checksums"))
 
 
 def _stats(args: argparse.Namespace) -> None:
