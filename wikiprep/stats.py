@@ -316,13 +316,16 @@ def _plots(st: dict, rep: Report) -> dict[str, Html]:
 
     fig = figure(10, 3.6)
     ax = fig.add_subplot(1, 1, 1)
-    x = np.arange(seq + 1)
+    width = max(1, seq // 128)  # lengths summed in ranges of `width`: a line per token is noise at 512
+    edges = np.arange(0, seq + 1 + width, width)
     for key, label, colour in (("segment_a_length_histogram", "A", "#4c72b0"),
                                ("segment_b_length_histogram", "B", "#c44e52")):
-        ax.step(x, _hist_array(st[key], seq + 1), where="mid", color=colour, label=f"segment {label}")
+        counts = np.add.reduceat(np.append(_hist_array(st[key], seq + 1), np.zeros(len(edges) * width, np.int64)),
+                                 edges[:-1])
+        ax.stairs(counts, edges, color=colour, linewidth=1.6, label=f"segment {label}")
     ax.set_xlim(0, seq)
     ax.set_xlabel("tokens in the segment (without [CLS] and [SEP])")
-    ax.set_ylabel("instances")
+    ax.set_ylabel("instances" if width == 1 else f"instances per {width} lengths")
     ax.set_title(f"A/B split: mean A {st['mean_segment_a_length']:.1f}, mean B {st['mean_segment_b_length']:.1f}")
     ax.legend(loc="upper right")
     ax.grid(True, alpha=0.3)
@@ -335,8 +338,9 @@ def _plots(st: dict, rep: Report) -> dict[str, Html]:
     ax.set_xlim(-0.6, pred + 0.6)
     if pred <= 40:
         ax.set_xticks(range(0, pred + 1, 1 if pred <= 20 else 2))
+    ax.set_yscale("log")  # the count at the cap (or one below it) dwarfs the short instances' counts
     ax.set_xlabel("masked tokens per instance")
-    ax.set_ylabel("instances")
+    ax.set_ylabel("instances (log scale)")
     ax.set_title(f"Masks per instance: mean {st['mean_masks']:.2f}; at max_predictions_per_seq ({pred}, orange) "
                  f"{_percent(st['masks_at_max_fraction'])}")
     ax.grid(True, axis="y", alpha=0.3)
@@ -461,7 +465,8 @@ def report_html(st: dict) -> tuple[str, Report]:
         paragraph(f"{st['masks_at_max']:,} instances ({_percent(st['masks_at_max_fraction'])}) reach "
                   f"max_predictions_per_seq = {pred}: their count was cut there."),
         table(["masks", "instances", "share"],
-              [[int(k), v, _percent(v / n)] for k, v in st["masked_count_histogram"].items()], "Masks per instance"))
+              [[int(k), v, _percent(v / n)] for k, v in st["masked_count_histogram"].items()], "Masks per instance",
+              scroll=len(st["masked_count_histogram"]) > 21))
     shards = section(
         "Shards",
         plots["shards"],
