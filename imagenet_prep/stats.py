@@ -21,7 +21,7 @@ from shardkit.atomic import write_json, write_text
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, check_manifest
 from shardkit.plots import figure
-from shardkit.report import (Html, Report, details, facts, page, paragraph, section, status, table, tag)
+from shardkit.report import Html, Report, details, facts, page, paragraph, section, status, table
 from shardkit.tf import import_tensorflow
 
 from . import labels
@@ -255,7 +255,7 @@ def _plot_classes(report: dict, rep: Report) -> Html:
         xs = [i for i, c in enumerate(counts, 1) if c]
         ax.bar(xs, [counts[i - 1] for i in xs], width=1.0, color=_colour(split), edgecolor=_colour(split),
                linewidth=1.2)
-        ax.set_xlim(0.5, n + 0.5)
+        ax.set_xlim(1 - n / 150, n + n / 150)  # room beside labels 1 and n, whose bars the frame would hide
         ax.set_ylim(0, max(counts) * 1.15)
         if n >= 100:
             ax.set_xticks([1] + list(range(100, n + 1, 100)))
@@ -280,7 +280,7 @@ def _plot_sizes(report: dict, rep: Report, sizes: dict[str, list]) -> Html:
     ax.set_ylabel("height (pixels)")
     ax.set_title("Image sizes (image/width x image/height)")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left")
+    ax.legend(loc="upper left", markerscale=2.5)
     return rep.figure("image_sizes.png", fig, "scatter plot of image width against height")
 
 

@@ -16,7 +16,11 @@ from __future__ import annotations
 import base64
 import html
 import re
+from pathlib import Path
 from typing import Iterable, Sequence
+
+from .atomic import write_bytes, write_text
+from .plots import png_bytes
 
 # Plain CSS, inline: readable on a laptop screen and printable; wide tables scroll in their own box.
 _STYLE = """
@@ -83,19 +87,26 @@ def anchor(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
 
 
-def page(title: str, sections: Sequence[Html], lead: str | Html = "") -> str:
+class Section(Html):
+    """A section's markup, with its title and id for the page's list of links."""
+
+    title: str
+    id: str
+
+
+def page(title: str, sections: Sequence[Section], lead: str | Html = "") -> str:
     """The whole document: a heading, a line under it, a list of links to the sections, the sections."""
-    titles = [m.group(2) for s in sections if (m := re.match(r'<section id="([^"]+)"><h2>(.*?)</h2>', s))]
-    ids = [m.group(1) for s in sections if (m := re.match(r'<section id="([^"]+)">', s))]
-    nav = tag("nav", [Html(f'<a href="#{i}">{t}</a>') for i, t in zip(ids, titles)])
+    nav = tag("nav", [tag("a", s.title, href=f"#{s.id}") for s in sections])
     head = Html('<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
                 + tag("title", title) + tag("style", Html(_STYLE)))
     body = join([tag("h1", title), tag("p", lead, class_="lead") if lead else "", nav, *sections])
     return f"<!DOCTYPE html>\n<html lang=\"en\"><head>{head}</head><body>{body}</body></html>\n"
 
 
-def section(title: str, *parts) -> Html:
-    return Html(f'<section id="{anchor(title)}">' + tag("h2", title) + join(parts) + "</section>")
+def section(title: str, *parts) -> Section:
+    out = Section(tag("section", [tag("h2", title), *parts], id=anchor(title)))
+    out.title, out.id = title, anchor(title)
+    return out
 
 
 def paragraph(*parts) -> Html:
@@ -180,8 +191,6 @@ class Report:
 
     def figure(self, name: str, fig, alt: str, caption: str | Html = "") -> Html:
         """Render matplotlib `fig` as PNG `name` and return it embedded, captioned with its file name too."""
-        from .plots import png_bytes
-
         png = png_bytes(fig)
         self.pngs[name] = png
         return figure(png, alt, join([caption, " " if caption else "", tag("code", name)]))
@@ -189,10 +198,6 @@ class Report:
     def write(self, out_dir, page_text: str, *, overwrite: bool = False) -> list[str]:
         """Commit every PNG, then report.html (each atomically; `overwrite` as in `shardkit.atomic`).
         Returns the file names written."""
-        from pathlib import Path
-
-        from .atomic import write_bytes, write_text
-
         out_dir = Path(out_dir)
         for name, png in self.pngs.items():
             write_bytes(out_dir / name, png, overwrite=overwrite)

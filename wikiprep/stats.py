@@ -23,7 +23,7 @@ from shardkit.manifest import MANIFEST, check_manifest
 
 from .reader import KIND_NAMES, batches, open_records
 from .schema import PRED, SEQ
-from .tokenization import CLS, MASK, PAD, SEP, UNK, Vocab
+from .tokenization import CLS, PAD, SEP, UNK, Vocab
 
 TOP_TOKENS = 30       # the commonest tokens and masked tokens listed
 SHOWN_INSTANCES = 5   # decoded in the report
@@ -244,7 +244,7 @@ def stats_report_text(st: dict) -> str:
                                   else f"{100 * st['unk_rate']:.4f}% ({st['unk_tokens']} tokens)"),
         f"bytes per file      min {b['min']} max {b['max']} mean {b['mean']:.0f} std {b['std']:.0f} "
         f"total {b['total']}",
-        f"vocab.txt           " + (st["vocab"]["sha256"] or "none beside the records"),
+        "vocab.txt           " + (st["vocab"]["sha256"] or "none beside the records"),
         f"MANIFEST.json       {_manifest_words(manifest)}",
         "",
         "sequence length (real tokens incl. [CLS]/[SEP]):",
@@ -463,7 +463,9 @@ def report_html(st: dict) -> tuple[str, Report]:
         "Masks per instance",
         plots["masks"],
         paragraph(f"{st['masks_at_max']:,} instances ({_percent(st['masks_at_max_fraction'])}) reach "
-                  f"max_predictions_per_seq = {pred}: their count was cut there."),
+                  f"max_predictions_per_seq = {pred}: their count was cut there." if st["masks_at_max"] else
+                  f"No instance reaches max_predictions_per_seq = {pred}: no count was cut there "
+                  f"(the most any instance has is {max(int(k) for k in st['masked_count_histogram'])})."),
         table(["masks", "instances", "share"],
               [[int(k), v, _percent(v / n)] for k, v in st["masked_count_histogram"].items()], "Masks per instance",
               scroll=len(st["masked_count_histogram"]) > 21))
