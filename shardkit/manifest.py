@@ -6,7 +6,8 @@ the folder must be listed (a temporary left by an interrupted run, a stray copy)
 
 A dataset's report (`report/`: report.html, stats.json, plots) describes the data and is not part
 of it: it is made after MANIFEST.json, from the files the manifest lists, so it is neither listed
-nor refused as unlisted.
+nor refused as unlisted, and neither is the temporary folder it is built in (`report.tmp-HOST-PID/`,
+which the report's own manifest check would otherwise find, and a duplicate run's too).
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ def _in_temporary(rel: Path) -> bool:
 
 def _is_data_file(folder: Path, p: Path) -> bool:
     """A file the manifest lists: not in a hidden folder (.receipts/, .work/ hold bookkeeping such as
-    machine-specific paths, not data), not in the report folder, and not the manifest itself."""
+    machine-specific paths, not data), not in the report folder or its temporary, and not the manifest itself."""
     rel = p.relative_to(folder)
     folders = rel.parts[:-1]
     return (p.is_file() and rel.as_posix() != MANIFEST and not any(part.startswith(".") for part in folders)
-            and folders[:1] != (REPORT_DIR,))
+            and not (folders and (folders[0] == REPORT_DIR or folders[0].startswith(REPORT_DIR + _TMP_MARK))))
 
 
 def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dict | None = None, *,

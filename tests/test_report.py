@@ -334,3 +334,27 @@ def test_imagenet_report_matches_the_records(imagenet, tmp_path):
     reasons = tables.tables["Left out: 1, by reason"]
     assert reasons[1:] == [[manifest["left_out"][0]["reason"], "1"]]
     assert "train: " in (out / "report.txt").read_text()
+
+
+def test_a_report_inside_the_dataset_is_outside_its_manifest(bert, tmp_path):
+    """Where the tasks keep it: `report/` in the dataset folder, and the temporary folder it is built in, are
+    neither listed in MANIFEST.json nor refused by verify; the manifest and the report's own check are unchanged."""
+    from shardkit.manifest import build_manifest
+    from wikiprep import stats, verify
+
+    folder = tmp_path / "dataset"
+    shutil.copytree(bert["standard"], folder)
+    counts = {p.name: len(list(read_records(p))) for p in folder.glob("*.tfrecord")}
+    before = (folder / "MANIFEST.json").read_bytes()
+    stats.write_report(folder, folder / "report", name="dataset")
+    (folder / "report.tmp-node7-12").mkdir()
+    (folder / "report.tmp-node7-12" / "stats.json").write_text("{")  # a report half-written by a duplicate
+    assert build_manifest(folder, counts) == json.loads(before)
+    assert verify.verify(folder)["manifest"] is True
+    st = stats.dataset_stats(folder, name="dataset")
+    assert st["manifest"]["ok"] is True and st["manifest"]["files"] == 8
+    (folder / "stray.tfrecord.bak").write_bytes(b"x")  # anything else unlisted is still refused
+    assert stats.dataset_stats(folder, name="dataset")["manifest"] == {
+        "present": True, "verified": True, "ok": False,
+        "problem": "dataset/stray.tfrecord.bak: not listed in MANIFEST.json (a file the dataset did not write); "
+                   "remove it, or move it elsewhere"}
