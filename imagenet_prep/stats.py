@@ -180,12 +180,13 @@ def _manifest_lists(folder: Path) -> dict:
 
 
 def _manifest_status(folder: Path, shard_records: dict[str, int], name: str | None) -> dict:
-    """MANIFEST.json checked as `verify` checks it (sizes, sha256, nothing unlisted), and its record counts
-    against the records read here; the problem, if any, with the folder written as `name`."""
+    """MANIFEST.json checked as `verify` checks it (sizes, sha256, nothing unlisted but the temporaries of
+    writers at work), and its record counts against the records read here; the problem, if any, with the
+    folder written as `name`."""
     if not (folder / MANIFEST).is_file():
         return {"present": False, "verified": False, "ok": None, "problem": None}
     try:
-        manifest = check_manifest(folder)
+        manifest = check_manifest(folder, temporaries=False)
         listed = {e["path"]: e.get("records") for e in manifest["files"]}
         for shard, n in shard_records.items():
             if listed.get(shard) != n:

@@ -145,12 +145,15 @@ def _check_listed_file(folder: Path, entry: dict) -> None:
         raise PrepError(f"{p}: checksum differs from {MANIFEST}")
 
 
-def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], Iterable] = map) -> dict:
+def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], Iterable] = map, *,
+                   temporaries: bool = True) -> dict:
     """Check `folder` against its MANIFEST.json; raise PrepError naming the first problem.
 
     Every listed file exists with its size and sha256, and every data file of the folder is listed.
     `file_map` hashes the listed files: `map`, or a `shardkit.pool.file_map` of worker processes
-    (the same first problem, in manifest order).
+    (the same first problem, in manifest order). `temporaries` False passes over unlisted temporaries
+    (`NAME.tmp-HOST-PID`): what a report checks, whose words must not depend on a writer at work
+    beside it (a duplicate run's, a live writer's); `verify` names them.
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
@@ -160,7 +163,9 @@ def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], 
     for p in sorted(folder.rglob("*")):
         if _is_data_file(folder, p) and p.relative_to(folder).as_posix() not in listed:
             rel = p.relative_to(folder)
-            why = ("a temporary left by an interrupted run" if _TMP_MARK in p.name or _in_temporary(rel)
-                   else "a file the dataset did not write")
+            temporary = _TMP_MARK in p.name or _in_temporary(rel)
+            if temporary and not temporaries:
+                continue
+            why = "a temporary left by an interrupted run" if temporary else "a file the dataset did not write"
             raise PrepError(f"{p}: not listed in {MANIFEST} ({why}); remove it, or move it elsewhere")
     return manifest

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from shardkit.errors import PrepError
 from shardkit.manifest import write_manifest
 from shardkit.records import read_records
 
@@ -353,6 +354,13 @@ def test_a_report_inside_the_dataset_is_outside_its_manifest(bert, tmp_path):
     assert verify.verify(folder)["manifest"] is True
     st = stats.dataset_stats(folder, name="dataset")
     assert st["manifest"]["ok"] is True and st["manifest"]["files"] == 8
+    # A writer at work beside it (a duplicate run's temporary): verify names it; the report, which must say the
+    # same whatever runs beside it, passes over it.
+    (folder / "wiki_00000.tfrecord.tmp-node7-12").write_bytes(b"half")
+    with pytest.raises(PrepError, match="a temporary left by an interrupted run"):
+        verify.verify(folder)
+    assert stats.dataset_stats(folder, name="dataset")["manifest"] == st["manifest"]
+    (folder / "wiki_00000.tfrecord.tmp-node7-12").unlink()
     (folder / "stray.tfrecord.bak").write_bytes(b"x")  # anything else unlisted is still refused
     assert stats.dataset_stats(folder, name="dataset")["manifest"] == {
         "present": True, "verified": True, "ok": False,

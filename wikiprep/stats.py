@@ -185,13 +185,13 @@ def _vocab_status(vocab_path: Path, description: dict) -> dict:
 
 
 def _manifest_status(folder: Path, records: dict[str, int], name: str | None) -> dict:
-    """MANIFEST.json checked as `verify` checks it (every listed file's size and sha256, nothing unlisted),
-    and its record counts against the records read here. The problem, if any, in one line, with the folder
-    written as `name`."""
+    """MANIFEST.json checked as `verify` checks it (every listed file's size and sha256, nothing unlisted but
+    the temporaries of writers at work), and its record counts against the records read here. The problem, if
+    any, in one line, with the folder written as `name`."""
     if not (folder.is_dir() and (folder / MANIFEST).is_file()):
         return {"present": False, "verified": False, "ok": None, "problem": None}
     try:
-        manifest = check_manifest(folder)
+        manifest = check_manifest(folder, temporaries=False)
         listed = {e["path"]: e.get("records") for e in manifest["files"]}
         for file, n in records.items():
             if listed.get(file) is not None and listed[file] != n:

@@ -99,6 +99,8 @@ class ImageNet(ImageNetTask):
             plan = convert.read_plan(self.input()["plan"].path)
             convert.finalize(plan, self.output_dir, [t.receipt()["result"] for t in self.input()["shards"]])
             write_receipt(manifest.path)
+        if self.output()["report"].exists():  # only the manifest was missing: the report stands
+            return
         self.set_status_message("reading every record for the report")
         folder = Path(self.output_dir)
         commit_report(folder, lambda out: stats.stats(folder, out, self.synsets_file, name=folder.name))
