@@ -242,8 +242,13 @@ def test_imagenet_bytes_do_not_depend_on_where_the_inputs_live(demo, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "out" / "MANIFEST.json").read_bytes() == (demo / "imagenet" / "MANIFEST.json").read_bytes()
     names = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("."))
-    assert names == ["MANIFEST.json", "idx", "train-00000-of-00004", "train-00001-of-00004", "train-00002-of-00004",
-                     "train-00003-of-00004", "validation-00000-of-00002", "validation-00001-of-00002"]
+    assert names == ["MANIFEST.json", "idx", "report", "train-00000-of-00004", "train-00001-of-00004",
+                     "train-00002-of-00004", "train-00003-of-00004", "validation-00000-of-00002",
+                     "validation-00001-of-00002"]
+    # The report names the dataset by its folder ("out" here, "imagenet" in the demo), and says the same of it.
+    ours, theirs = (json.loads((folder / "report" / "stats.json").read_text()) for folder in (tmp_path / "out",
+                                                                                             demo / "imagenet"))
+    assert (ours.pop("folder"), theirs.pop("folder")) == ("out", "imagenet") and ours == theirs
 
 
 @pytest.mark.parametrize("log_args", [[], ["--log-level", "DEBUG"]])
