@@ -39,7 +39,7 @@ SCHEDULER_ARGS := --scheduler-host $(word 1,$(subst :, ,$(SCHEDULER))) --schedul
 export LUIGI_CONFIG_PATH := $(CURDIR)/cluster/luigi-cluster.cfg
 endif
 
-.PHONY: setup demo test wiki-128 wiki-384 wiki-512 plan-128 plan-384 plan-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm
+.PHONY: report-screenshots setup demo test wiki-128 wiki-384 wiki-512 plan-128 plan-384 plan-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm
 
 setup: $(STAMP)
 
@@ -55,6 +55,16 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# Every report of the demo's datasets rendered by headless Chromium, as a user's browser shows it, into
+# $(SCREENSHOTS_DIR)/<dataset>.png: look at them after changing a report. Installs Debian's chromium when
+# missing (needs root); runs `make demo` first when the demo has not been made.
+SCREENSHOTS_DIR ?= $(DEMO_DIR)/report-screenshots
+report-screenshots: setup
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	test -f $(DEMO_DIR)/summary.json || $(MAKE) demo DEMO_DIR=$(DEMO_DIR)
+	$(BIN)/python -m testkit.screenshots $(SCREENSHOTS_DIR) $(DEMO_DIR)/data/*/*/report/report.html \
+	  $(DEMO_DIR)/imagenet/report/report.html
 
 wiki-128 wiki-384 wiki-512: setup
 	@if [ -z "$(DUMP_DATE)" ]; then \

@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stats", help="per-split counts, per-class histogram and image sizes")
     s.add_argument("dir")
-    s.add_argument("--out", required=True, help="report folder (stats.json, class_histogram.png, image_sizes.png)")
+    s.add_argument("--out", required=True, help="report folder: report.html (one self-contained page), stats.json, "
+                                                "report.txt and the plots as PNG files")
     s.add_argument("--synsets-file")
     return p
 
@@ -112,7 +113,8 @@ def _stats(args: argparse.Namespace) -> None:
         report = stats.stats(args.dir, args.out, args.synsets_file, overwrite=True,  # a new report replaces the last
                              progress=bar)
     sys.stdout.write(stats.stats_report_text(report))
-    print(f"wrote {Path(args.out) / 'stats.json'}, report.txt, class_histogram.png and image_sizes.png")
+    print(f"wrote {Path(args.out) / 'report.html'} (open it in a browser), stats.json, report.txt and the plots "
+          f"as PNG files")
 
 
 COMMANDS = {"convert": _convert, "verify": _verify, "inspect": _inspect, "stats": _stats}

@@ -3,6 +3,11 @@
 `check_manifest` trusts nothing in it: the manifest must have the shape `build_manifest` writes,
 every path must stay inside the folder, every listed file must match, and every data file in
 the folder must be listed (a temporary left by an interrupted run, a stray copy).
+
+A dataset's report (`report/`: report.html, stats.json, plots) describes the data and is not part
+of it: it is made after MANIFEST.json, from the files the manifest lists, so it is neither listed
+nor refused as unlisted, and neither is the temporary folder it is built in (`report.tmp-HOST-PID/`,
+which the report's own manifest check would otherwise find, and a duplicate run's too).
 """
 
 from __future__ import annotations
@@ -17,13 +22,21 @@ from .atomic import TMP_MARK as _TMP_MARK, sha256_file, write_json
 from .errors import PrepError
 
 MANIFEST = "MANIFEST.json"
+REPORT_DIR = "report"  # the dataset's report folder, beside its data and outside its manifest
+
+
+def _in_temporary(rel: Path) -> bool:
+    """A path inside a temporary folder (a report being written by a live run, `report.tmp-HOST-PID/...`)."""
+    return any(_TMP_MARK in part for part in rel.parts[:-1])
 
 
 def _is_data_file(folder: Path, p: Path) -> bool:
     """A file the manifest lists: not in a hidden folder (.receipts/, .work/ hold bookkeeping such as
-    machine-specific paths, not data), and not the manifest itself."""
+    machine-specific paths, not data), not in the report folder or its temporary, and not the manifest itself."""
     rel = p.relative_to(folder)
-    return p.is_file() and rel.as_posix() != MANIFEST and not any(part.startswith(".") for part in rel.parts[:-1])
+    folders = rel.parts[:-1]
+    return (p.is_file() and rel.as_posix() != MANIFEST and not any(part.startswith(".") for part in folders)
+            and not (folders and (folders[0] == REPORT_DIR or folders[0].startswith(REPORT_DIR + _TMP_MARK))))
 
 
 def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dict | None = None, *,
@@ -40,7 +53,7 @@ def build_manifest(folder: str | Path, record_counts: dict[str, int], extra: dic
     known_files = dict(known_files or {})
     files = []
     for p in sorted(folder.rglob("*"), key=lambda q: q.relative_to(folder).as_posix()):
-        if not _is_data_file(folder, p) or _TMP_MARK in p.name:
+        if not _is_data_file(folder, p) or _TMP_MARK in p.name or _in_temporary(p.relative_to(folder)):
             continue
         rel = p.relative_to(folder).as_posix()
         size = p.stat().st_size
@@ -132,12 +145,15 @@ def _check_listed_file(folder: Path, entry: dict) -> None:
         raise PrepError(f"{p}: checksum differs from {MANIFEST}")
 
 
-def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], Iterable] = map) -> dict:
+def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], Iterable] = map, *,
+                   temporaries: bool = True) -> dict:
     """Check `folder` against its MANIFEST.json; raise PrepError naming the first problem.
 
     Every listed file exists with its size and sha256, and every data file of the folder is listed.
     `file_map` hashes the listed files: `map`, or a `shardkit.pool.file_map` of worker processes
-    (the same first problem, in manifest order).
+    (the same first problem, in manifest order). `temporaries` False passes over unlisted temporaries
+    (`NAME.tmp-HOST-PID`): what a report checks, whose words must not depend on a writer at work
+    beside it (a duplicate run's, a live writer's); `verify` names them.
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
@@ -146,6 +162,10 @@ def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], 
         pass
     for p in sorted(folder.rglob("*")):
         if _is_data_file(folder, p) and p.relative_to(folder).as_posix() not in listed:
-            why = "a temporary left by an interrupted run" if _TMP_MARK in p.name else "a file the dataset did not write"
+            rel = p.relative_to(folder)
+            temporary = _TMP_MARK in p.name or _in_temporary(rel)
+            if temporary and not temporaries:
+                continue
+            why = "a temporary left by an interrupted run" if temporary else "a file the dataset did not write"
             raise PrepError(f"{p}: not listed in {MANIFEST} ({why}); remove it, or move it elsewhere")
     return manifest

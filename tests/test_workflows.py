@@ -92,6 +92,18 @@ def test_demo_builds_every_output(demo):
     r = subprocess.run([sys.executable, "-m", "workflows", "summary", str(demo)], capture_output=True, text=True)
     assert r.returncode == 0 and "metrics.csv" in r.stdout and str(dataset) in r.stdout
 
+    # Each dataset's task wrote its report inside it, outside MANIFEST.json (verify passed above), naming the
+    # dataset by its folder's name only; `summary` (what `make demo` ends with) prints where.
+    for folder in (dataset, Path(summary["imagenet_dataset"])):
+        report = folder / "report"
+        assert str(report / "report.html") in r.stdout
+        page = (report / "report.html").read_text()
+        assert page.count('<img src="data:image/png;base64,') == len(list(report.glob("*.png"))) >= 5
+        assert str(demo) not in page and str(demo) not in (report / "stats.json").read_text()
+        assert (folder / ".receipts" / "report.json").is_file()
+        assert not [f for f in json.loads((folder / "MANIFEST.json").read_text())["files"]
+                    if f["path"].startswith("report")]
+
 
 def test_same_bytes_whatever_the_worker_count(demo, tmp_path):
     r = run_luigi(*pretrain_args(demo, tmp_path / "data", workers=1))
@@ -99,6 +111,7 @@ def test_same_bytes_whatever_the_worker_count(demo, tmp_path):
     rel = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / "seq128_mask20_dup5"
     assert (tmp_path / "data" / rel / "MANIFEST.json").read_bytes() == \
         (demo / "data" / rel / "MANIFEST.json").read_bytes()
+    assert _tree_digest(tmp_path / "data" / rel / "report") == _tree_digest(demo / "data" / rel / "report")
 
 
 def test_sigterm_mid_run_leaves_no_temporary_and_the_rerun_gives_the_same_bytes(demo, tmp_path):
@@ -141,12 +154,19 @@ def test_rerun_after_losing_outputs_gives_identical_files(demo, tmp_path):
                                   text=True).stdout)
     (dataset / f"wiki_00002.tfrecord.tmp-{socket.gethostname()}-{dead_pid}").write_bytes(b"junk")
     (dataset / "wiki_00002.tfrecord.tmp-node17-1").write_bytes(b"junk")
+    # And a report killed half-written (its folder is committed as one: only its temporary can be half).
+    report = _tree_digest(dataset / "report")
+    shutil.rmtree(dataset / "report")
+    (dataset / ".receipts" / "report.json").unlink()
+    (dataset / f"report.tmp-{socket.gethostname()}-{dead_pid}").mkdir()
+    (dataset / f"report.tmp-{socket.gethostname()}-{dead_pid}" / "stats.json").write_text("{")
     r = run_luigi(*pretrain_args(demo, data, workers=2))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "PretrainShard" in r.stderr + r.stdout  # ran again: its file found identical
     assert (dataset / "MANIFEST.json").read_bytes() == before
     assert (dataset / ".receipts" / "wiki_00002.tfrecord.json").is_file()
     assert [p.name for p in dataset.glob("*.tmp-*")] == []
+    assert _tree_digest(dataset / "report") == report and (dataset / ".receipts" / "report.json").is_file()
 
 
 @pytest.mark.parametrize("change, expected", [
@@ -222,8 +242,13 @@ def test_imagenet_bytes_do_not_depend_on_where_the_inputs_live(demo, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "out" / "MANIFEST.json").read_bytes() == (demo / "imagenet" / "MANIFEST.json").read_bytes()
     names = sorted(p.name for p in (tmp_path / "out").iterdir() if not p.name.startswith("."))
-    assert names == ["MANIFEST.json", "idx", "train-00000-of-00004", "train-00001-of-00004", "train-00002-of-00004",
-                     "train-00003-of-00004", "validation-00000-of-00002", "validation-00001-of-00002"]
+    assert names == ["MANIFEST.json", "idx", "report", "train-00000-of-00004", "train-00001-of-00004",
+                     "train-00002-of-00004", "train-00003-of-00004", "validation-00000-of-00002",
+                     "validation-00001-of-00002"]
+    # The report names the dataset by its folder ("out" here, "imagenet" in the demo), and says the same of it.
+    ours, theirs = (json.loads((folder / "report" / "stats.json").read_text()) for folder in (tmp_path / "out",
+                                                                                             demo / "imagenet"))
+    assert (ours.pop("folder"), theirs.pop("folder")) == ("out", "imagenet") and ours == theirs
 
 
 @pytest.mark.parametrize("log_args", [[], ["--log-level", "DEBUG"]])

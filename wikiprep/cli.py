@@ -19,9 +19,9 @@ written: flags outside `GenerationOptions.check`'s bounds, a layout the options 
 (`instances.check_output_layout`), an empty name in `--output_file` or `--index_file`, and an
 output or index that is an input, the vocab or another output.
 
-`verify` stops at the first problem with one line and exit status 1; `stats` writes
-stats.json and report.txt into REPORT_DIR. The three read TFRecords in either layout and HDF5
-files alike. Each command is argparse and one call into the library (`instances`, `reader`,
+`verify` stops at the first problem with one line and exit status 1; `stats` writes report.html
+(plots inside), stats.json, report.txt and the plots' PNGs into REPORT_DIR. The three read
+TFRecords in either layout and HDF5 files alike. Each command is argparse and one call into the library (`instances`, `reader`,
 `verify`, `stats`), run by `shardkit.cli.run`: errors are one line on stderr, never a traceback.
 """
 
@@ -251,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("stats", help="counts and histograms of a dataset folder")
     s.add_argument("dir")
-    s.add_argument("--out", required=True, help="report folder (stats.json, report.txt)")
+    s.add_argument("--out", required=True, help="report folder: report.html (one self-contained page), stats.json, "
+                                                "report.txt and the plots as PNG files")
     return p
 
 
@@ -273,7 +274,8 @@ def _stats(args: argparse.Namespace) -> None:
     with progress.bar("stats", "files") as bar:
         text = stats.write_report(args.dir, args.out, overwrite=True, progress=bar)  # a new report replaces the last
     sys.stdout.write(text)
-    print(f"wrote {Path(args.out) / 'stats.json'} and {Path(args.out) / 'report.txt'}")
+    print(f"wrote {Path(args.out) / 'report.html'} (open it in a browser), stats.json, report.txt and the plots "
+          f"as PNG files")
 
 
 COMMANDS = {"create-pretraining-data": _create, "inspect": _inspect, "verify": _verify, "stats": _stats}

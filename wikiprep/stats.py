@@ -1,30 +1,45 @@
-"""Counts and histograms of a folder of BERT records: `dataset_stats`, its text report, and `write_report`.
+"""Counts and histograms of a folder of BERT records: `dataset_stats`, its text and HTML reports, `write_report`.
 
 Every record is read as a trainer reads it (through `reader.batches`: TensorFlow for TFRecords in
 either layout, h5py for NVIDIA's HDF5 files), so the figures describe what a trainer gets.
+`write_report` writes stats.json (every figure), report.txt, one PNG per plot and report.html,
+the page that shows them with their tables (`shardkit.report`). Nothing in them depends on where
+the folder is (it is named by `name`) or on when the report was made, so the report of a dataset
+is the same bytes wherever and whenever it is made: the Luigi tasks keep it inside the dataset.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections import Counter
 from pathlib import Path
 
-from shardkit.atomic import write_json, write_text
+from shardkit.plots import figure
+from shardkit.report import Html, Report, details, facts, page, paragraph, row, section, status, table, tag
+from shardkit.atomic import sha256_file, write_json, write_text
 from shardkit.errors import PrepError
+from shardkit.manifest import MANIFEST, check_manifest
 from shardkit.progress import Progress, Stage, throttle
 
 from .reader import KIND_NAMES, batches, open_records
 from .schema import PRED, SEQ
-from .tokenization import UNK, Vocab
+from .tokenization import CLS, PAD, SEP, UNK, Vocab
 
 log = logging.getLogger(__name__)
 
+TOP_TOKENS = 30       # the commonest tokens and masked tokens listed
+SHOWN_INSTANCES = 5   # decoded in the report
 
-def dataset_stats(folder: str | Path, progress: Progress | None = None) -> dict:
+
+def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name: str | None = None) -> dict:
     """Counts and histograms of every record of a folder of BERT records (or of one record file), in any layout.
 
-    `progress(done, total)` counts the record files read."""
+    `progress(done, total)` counts the record files read. `name` is what the report calls the folder
+    (default: the path as given); the task that keeps the report inside the dataset gives the folder's
+    own name, so no machine's path is written there.
+    """
     import numpy as np
 
     folder = Path(folder)
@@ -32,29 +47,47 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None) -> dict:
     files, dims = found.files, found.dims
     seq, max_pred = dims[SEQ], dims[PRED]
     vocab_path = (folder if folder.is_dir() else folder.parent) / "vocab.txt"
-    unk_id = Vocab(vocab_path).unk_id if vocab_path.is_file() else None
+    vocab = Vocab(vocab_path) if vocab_path.is_file() else None
+    unk_id = vocab.unk_id if vocab is not None else None
     lengths = np.zeros(seq + 1, np.int64)
+    a_lengths = np.zeros(seq + 1, np.int64)
+    b_lengths = np.zeros(seq + 1, np.int64)
     masked = np.zeros(max_pred + 1, np.int64)
+    token_counts = np.zeros(0, np.int64)
+    masked_token_counts = np.zeros(0, np.int64)
     per_file = {p: 0 for p in files}
+    random_per_file = {p: 0 for p in files}
     random_next = tokens = unk = 0
+    shown: list[dict] = []
     stage = Stage(log, f"stats {folder}")
     progress, reading = throttle(progress), None
     for path, b in batches(found):
         if path != reading and progress is not None:  # a new file: the ones before it are read
             progress(files.index(path), len(files))
         reading = path
-        n_real = b["input_mask"].sum(axis=1)
+        real = b["input_mask"] == 1
+        n_real = real.sum(axis=1)
         k = (b["masked_lm_weights"] > 0).sum(axis=1)
         lengths += np.bincount(n_real, minlength=seq + 1)[:seq + 1]
         masked += np.bincount(k, minlength=max_pred + 1)[:max_pred + 1]
-        random_next += int(b["next_sentence_labels"].sum())
+        # A: the first segment without [CLS] and its [SEP]; B: the second without its [SEP].
+        seg_b = (real & (b["segment_ids"] == 1)).sum(axis=1)
+        a_lengths += np.bincount(np.clip(n_real - seg_b - 2, 0, seq), minlength=seq + 1)[:seq + 1]
+        b_lengths += np.bincount(np.clip(seg_b - 1, 0, seq), minlength=seq + 1)[:seq + 1]
+        labels = b["next_sentence_labels"].reshape(-1)
+        random_next += int(labels.sum())
+        random_per_file[path] += int(labels.sum())
         per_file[path] += len(n_real)
         tokens += int(n_real.sum())
+        original = b["input_ids"].copy()  # undo the masking: the labels are the original tokens
+        rows, cols = np.nonzero(b["masked_lm_weights"] > 0)
+        original[rows, b["masked_lm_positions"][rows, cols]] = b["masked_lm_ids"][rows, cols]
+        token_counts = _add_counts(token_counts, np.bincount(original[real]))
+        masked_token_counts = _add_counts(masked_token_counts, np.bincount(b["masked_lm_ids"][rows, cols]))
         if unk_id is not None:
-            original = b["input_ids"].copy()  # undo the masking: the labels are the original tokens
-            rows, cols = np.nonzero(b["masked_lm_weights"] > 0)
-            original[rows, b["masked_lm_positions"][rows, cols]] = b["masked_lm_ids"][rows, cols]
-            unk += int(((original == unk_id) & (b["input_mask"] == 1)).sum())
+            unk += int(((original == unk_id) & real).sum())
+        for i in range(min(SHOWN_INSTANCES - len(shown), len(n_real))):
+            shown.append(_decoded_instance(b, i, len(shown), path.name, vocab))
     records = int(lengths.sum())
     if records == 0:
         raise PrepError(f"{folder}: the record files hold no records")
@@ -63,12 +96,17 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None) -> dict:
         progress(len(files), len(files))
     stage.finish(records, "records", sum(sizes))
     mean = sum(sizes) / len(sizes)
+    special = {vocab.ids[t] for t in (CLS, SEP, PAD) if t in vocab.ids} if vocab is not None else set()
+    masks_total = int((masked * np.arange(max_pred + 1)).sum())
     return {
-        "folder": str(folder),
+        "folder": name if name is not None else str(folder),
         "format": found.kind,
         "max_seq_length": seq,
         "max_predictions_per_seq": max_pred,
-        "files": [{"file": p.name, "records": per_file[p], "bytes": p.stat().st_size} for p in files],
+        "files": [{"file": p.name, "records": per_file[p], "bytes": p.stat().st_size,
+                   "random_next": random_per_file[p],
+                   "random_next_fraction": random_per_file[p] / per_file[p] if per_file[p] else None}
+                  for p in files],
         "records": records,
         "tokens": tokens,
         "mean_length": tokens / records,
@@ -76,16 +114,106 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None) -> dict:
         "random_next_fraction": random_next / records,
         "full_length": int(lengths[seq]),
         "full_length_fraction": float(lengths[seq]) / records,
-        "masked_tokens": int((masked * np.arange(max_pred + 1)).sum()),
+        "masked_tokens": masks_total,
+        "mean_masks": masks_total / records,
+        "masks_at_max": int(masked[max_pred]),
+        "masks_at_max_fraction": float(masked[max_pred]) / records,
         "sequence_length_histogram": {str(i): int(v) for i, v in enumerate(lengths) if v},
+        "segment_a_length_histogram": {str(i): int(v) for i, v in enumerate(a_lengths) if v},
+        "segment_b_length_histogram": {str(i): int(v) for i, v in enumerate(b_lengths) if v},
+        "mean_segment_a_length": float((a_lengths * np.arange(seq + 1)).sum()) / records,
+        "mean_segment_b_length": float((b_lengths * np.arange(seq + 1)).sum()) / records,
         "masked_count_histogram": {str(i): int(v) for i, v in enumerate(masked) if v},
+        "top_tokens": _top(token_counts, vocab, skip=special),
+        "top_masked_tokens": _top(masked_token_counts, vocab),
         "unk_rate": (unk / (tokens - 3 * records)) if unk_id is not None and tokens > 3 * records else None,
         "unk_tokens": unk if unk_id is not None else None,
         "unk_token": UNK if unk_id is not None else None,
         "bytes_per_file": {"min": min(sizes), "max": max(sizes), "mean": mean,
                            "std": math.sqrt(sum((s - mean) ** 2 for s in sizes) / len(sizes)),
                            "total": sum(sizes)},
+        "parameters": found.description,
+        "vocab": _vocab_status(vocab_path, found.description),
+        "manifest": _manifest_status(folder, {p.name: per_file[p] for p in files}, name),
+        "instances": shown,
     }
+
+
+def _add_counts(total, more):
+    """The sum of two bincounts of different lengths."""
+    import numpy as np
+
+    if len(more) > len(total):
+        total = np.concatenate([total, np.zeros(len(more) - len(total), np.int64)])
+    total[:len(more)] += more
+    return total
+
+
+def _top(counts, vocab: Vocab | None, skip: set[int] = frozenset()) -> list[dict]:
+    """The TOP_TOKENS commonest ids of a bincount (ties by id), with their token when there is a vocabulary."""
+    import numpy as np
+
+    counts = counts.copy()
+    for i in skip:
+        if i < len(counts):
+            counts[i] = 0
+    order = np.lexsort((np.arange(len(counts)), -counts))[:TOP_TOKENS]
+    total = int(counts.sum())
+    return [{"id": int(i), "token": vocab.tokens([int(i)])[0] if vocab is not None else None,
+             "count": int(counts[i]), "fraction": int(counts[i]) / total} for i in order if counts[i] > 0]
+
+
+def _decoded_instance(b: dict, i: int, number: int, file: str, vocab: Vocab | None) -> dict:
+    """Instance `i` of a standard-layout batch as the report shows it: the tokens as written, the lengths,
+    and at each masked position what is written there and the original token."""
+    n = int(b["input_mask"][i].sum())
+    ids = [int(v) for v in b["input_ids"][i][:n]]
+    segments = [int(v) for v in b["segment_ids"][i][:n]]
+    show = vocab.tokens if vocab is not None else (lambda xs: [str(x) for x in xs])
+    masks = []
+    mask_id = vocab.mask_id if vocab is not None else None
+    for position, original, weight in zip(b["masked_lm_positions"][i], b["masked_lm_ids"][i],
+                                          b["masked_lm_weights"][i]):
+        if weight <= 0:
+            continue
+        written = ids[int(position)]
+        kind = ("[MASK]" if written == mask_id else "kept" if written == int(original) else "random") \
+            if vocab is not None else ("kept" if written == int(original) else "replaced")
+        masks.append({"position": int(position), "written": show([written])[0], "original": show([int(original)])[0],
+                      "kind": kind})
+    label = int(b["next_sentence_labels"][i][0])
+    return {"instance": number, "file": file, "length": n, "segment_a": segments.count(0) - 2,
+            "segment_b": segments.count(1) - 1, "next_sentence_label": label,
+            "next_sentence": "random" if label == 1 else "actual next",
+            "tokens": show(ids), "segment_ids": segments, "masks": masks}
+
+
+def _vocab_status(vocab_path: Path, description: dict) -> dict:
+    """vocab.txt beside the records: its sha256, and whether it is the one dataset.json names."""
+    if not vocab_path.is_file():
+        return {"file": None, "sha256": None, "matches_dataset": None}
+    digest = sha256_file(vocab_path)
+    named = description.get("vocab_sha256")
+    return {"file": vocab_path.name, "sha256": digest, "tokens": len(Vocab(vocab_path).id_to_token),
+            "matches_dataset": None if named is None else digest == named}
+
+
+def _manifest_status(folder: Path, records: dict[str, int], name: str | None) -> dict:
+    """MANIFEST.json checked as `verify` checks it (every listed file's size and sha256, nothing unlisted but
+    the temporaries of writers at work), and its record counts against the records read here. The problem, if
+    any, in one line, with the folder written as `name`."""
+    if not (folder.is_dir() and (folder / MANIFEST).is_file()):
+        return {"present": False, "verified": False, "ok": None, "problem": None}
+    try:
+        manifest = check_manifest(folder, temporaries=False)
+        listed = {e["path"]: e.get("records") for e in manifest["files"]}
+        for file, n in records.items():
+            if listed.get(file) is not None and listed[file] != n:
+                raise PrepError(f"{folder / file}: {n} records but {MANIFEST} says {listed[file]}")
+        return {"present": True, "verified": True, "ok": True, "problem": None, "files": len(manifest["files"])}
+    except PrepError as e:
+        problem = str(e) if name is None else str(e).replace(str(folder), name)
+        return {"present": True, "verified": True, "ok": False, "problem": problem}
 
 
 def _histogram_text(hist: dict[str, int], total: int, width: int = 40) -> list[str]:
@@ -107,20 +235,31 @@ def _length_buckets(hist: dict[str, int], seq: int) -> dict[str, int]:
     return out
 
 
+def _percent(fraction: float | None) -> str:
+    return "—" if fraction is None else f"{100 * fraction:.2f}%"
+
+
 def stats_report_text(st: dict) -> str:
     b = st["bytes_per_file"]
+    manifest = st.get("manifest", {})
     lines = [
         f"BERT dataset {st['folder']} ({KIND_NAMES[st['format']]})",
         f"records             {st['records']} in {len(st['files'])} files "
         f"(seq {st['max_seq_length']}, {st['max_predictions_per_seq']} predictions)",
         f"tokens              {st['tokens']} (mean length {st['mean_length']:.1f})",
+        f"segment lengths     A mean {st['mean_segment_a_length']:.1f}, B mean {st['mean_segment_b_length']:.1f} "
+        f"(tokens, without [CLS]/[SEP])",
         f"random next         {st['random_next']} ({100 * st['random_next_fraction']:.2f}%)",
         f"full length         {st['full_length']} ({100 * st['full_length_fraction']:.2f}%)",
-        f"masked tokens       {st['masked_tokens']}",
+        f"masked tokens       {st['masked_tokens']} (mean {st['mean_masks']:.2f} per record; "
+        f"{st['masks_at_max']} records, {_percent(st['masks_at_max_fraction'])}, reach "
+        f"{st['max_predictions_per_seq']})",
         "[UNK] rate          " + ("no vocab.txt in the folder" if st["unk_rate"] is None
                                   else f"{100 * st['unk_rate']:.4f}% ({st['unk_tokens']} tokens)"),
         f"bytes per file      min {b['min']} max {b['max']} mean {b['mean']:.0f} std {b['std']:.0f} "
         f"total {b['total']}",
+        "vocab.txt           " + (st["vocab"]["sha256"] or "none beside the records"),
+        f"MANIFEST.json       {_manifest_words(manifest)}",
         "",
         "sequence length (real tokens incl. [CLS]/[SEP]):",
         *_histogram_text(_length_buckets(st["sequence_length_histogram"], st["max_seq_length"]), st["records"]),
@@ -129,14 +268,278 @@ def stats_report_text(st: dict) -> str:
         *_histogram_text(st["masked_count_histogram"], st["records"]),
         "",
         "records per file:",
-        *[f"  {f['file']} {f['records']} records {f['bytes']} bytes" for f in st["files"]],
+        *[f"  {f['file']} {f['records']} records {f['bytes']} bytes, random next {_percent(f['random_next_fraction'])}"
+          for f in st["files"]],
+        "",
+        "commonest tokens:        " + " ".join(_token_name(t) for t in st["top_tokens"][:15]),
+        "commonest masked tokens: " + " ".join(_token_name(t) for t in st["top_masked_tokens"][:15]),
     ]
     return "\n".join(lines) + "\n"
 
 
-def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False,
+def _manifest_words(manifest: dict) -> str:
+    if not manifest.get("present"):
+        return "none (records checked only by reading them)"
+    if manifest.get("ok"):
+        return f"verified: every one of its {manifest['files']} files matches (size, sha256, records)"
+    return f"does NOT match: {manifest['problem']}"
+
+
+def _token_name(t: dict) -> str:
+    return t["token"] if t["token"] is not None else f"<{t['id']}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# The HTML report: plots (PNG, matplotlib) and their tables
+
+def _hist_array(hist: dict[str, int], size: int):
+    import numpy as np
+
+    out = np.zeros(size, np.int64)
+    for k, v in hist.items():
+        out[int(k)] = v
+    return out
+
+
+def _plain(label: str) -> str:
+    """A label matplotlib shows as written: `$` would start mathtext."""
+    return label.replace("$", r"\$")
+
+
+def _plots(st: dict, rep: Report) -> dict[str, Html]:
+    """Every figure of the report, rendered once (its bytes kept by `rep`), by section."""
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    seq, pred = st["max_seq_length"], st["max_predictions_per_seq"]
+    out = {}
+
+    fig = figure(10, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    lengths = _hist_array(st["sequence_length_histogram"], seq + 1)
+    colours = ["#4c72b0"] * seq + ["#dd8452"]
+    ax.bar(np.arange(seq + 1), lengths, width=1.0, color=colours)
+    ax.set_xlim(0, seq + 1)
+    ax.set_yscale("log")  # the full-length bar is most of the data; the short ones would not show beside it
+    ax.set_xlabel("real tokens per instance ([CLS] A [SEP] B [SEP])")
+    ax.set_ylabel("instances (log scale)")
+    ax.set_title(f"Real tokens per instance: mean {st['mean_length']:.1f}; full length ({seq}, orange) "
+                 f"{_percent(st['full_length_fraction'])}")
+    ax.grid(True, axis="y", alpha=0.3)
+    out["lengths"] = rep.figure("lengths.png", fig, "histogram of real tokens per instance")
+
+    fig = figure(10, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    width = max(1, seq // 128)  # lengths summed in ranges of `width`: a line per token is noise at 512
+    edges = np.arange(0, seq + 1 + width, width)
+    for key, label, colour in (("segment_a_length_histogram", "A", "#4c72b0"),
+                               ("segment_b_length_histogram", "B", "#c44e52")):
+        counts = np.add.reduceat(np.append(_hist_array(st[key], seq + 1), np.zeros(len(edges) * width, np.int64)),
+                                 edges[:-1])
+        ax.stairs(counts, edges, color=colour, linewidth=1.6, label=f"segment {label}")
+    ax.set_xlim(0, seq)
+    ax.set_xlabel("tokens in the segment (without [CLS] and [SEP])")
+    ax.set_ylabel("instances" if width == 1 else f"instances per {width} lengths")
+    ax.set_title(f"A/B split: mean A {st['mean_segment_a_length']:.1f}, mean B {st['mean_segment_b_length']:.1f}")
+    ax.legend(loc="upper right")
+    ax.grid(True, alpha=0.3)
+    out["segments"] = rep.figure("segments.png", fig, "histograms of segment A and segment B lengths")
+
+    fig = figure(10, 3.4)
+    ax = fig.add_subplot(1, 1, 1)
+    masks = _hist_array(st["masked_count_histogram"], pred + 1)
+    ax.bar(np.arange(pred + 1), masks, width=0.8, color=["#4c72b0"] * pred + ["#dd8452"])
+    ax.set_xlim(-0.6, pred + 0.6)
+    if pred <= 40:
+        ax.set_xticks(range(0, pred + 1, 1 if pred <= 20 else 2))
+    ax.set_yscale("log")  # the count at the cap (or one below it) dwarfs the short instances' counts
+    ax.set_xlabel("masked tokens per instance")
+    ax.set_ylabel("instances (log scale)")
+    ax.set_title(f"Masks per instance: mean {st['mean_masks']:.2f}; at max_predictions_per_seq ({pred}, orange) "
+                 f"{_percent(st['masks_at_max_fraction'])}")
+    ax.grid(True, axis="y", alpha=0.3)
+    out["masks"] = rep.figure("masks.png", fig, "histogram of masked tokens per instance")
+
+    fig = figure(10, 5.2)
+    files = st["files"]
+    xs = np.arange(len(files))
+    ax = fig.add_subplot(2, 1, 1)
+    ax.bar(xs, [f["records"] for f in files], width=0.8 if len(files) < 60 else 1.0, color="#4c72b0")
+    ax.set_ylabel("instances")
+    ax.set_title(f"Instances per shard ({len(files)} shards)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax = fig.add_subplot(2, 1, 2)
+    shares = [100 * (f["random_next_fraction"] or 0) for f in files]
+    ax.bar(xs, shares, width=0.8 if len(files) < 60 else 1.0, color="#55a868")
+    ax.axhline(100 * st["random_next_fraction"], color="#333", linewidth=1, linestyle="--",
+               label=f"all shards: {_percent(st['random_next_fraction'])}")
+    ax.set_ylim(0, max(60.0, max(shares) * 1.15))
+    ax.set_ylabel("random next (%)")
+    ax.set_xlabel("shard (file order)")
+    ax.set_title("Share of instances whose B is a random sentence (next_sentence_labels = 1)")
+    ax.legend(loc="lower right")
+    ax.grid(True, axis="y", alpha=0.3)
+    for a in fig.axes:
+        a.set_xlim(-0.6, len(files) - 0.4)
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
+    out["shards"] = rep.figure("shards.png", fig, "instances and random-next share per shard")
+
+    shown = 20
+    fig = figure(10, 0.28 * shown + 1.4)
+    for col, (key, title) in enumerate((("top_tokens", "Commonest tokens"),
+                                        ("top_masked_tokens", "Commonest masked tokens (the labels)"))):
+        ax = fig.add_subplot(1, 2, col + 1)
+        top = st[key][:shown][::-1]
+        ax.barh(np.arange(len(top)), [100 * t["fraction"] for t in top], color="#8172b2" if col else "#4c72b0")
+        ax.set_yticks(np.arange(len(top)), [_plain(_token_name(t)) for t in top])
+        ax.set_xlabel("share of the tokens (%)" if col == 0 else "share of the masked tokens (%)")
+        ax.set_title(title)
+        ax.grid(True, axis="x", alpha=0.3)
+    out["tokens"] = rep.figure("tokens.png", fig, "bar charts of the commonest tokens and masked tokens")
+    return out
+
+
+def _bucket_rows(hist: dict[str, int], seq: int, total: int) -> list[list]:
+    return [[k, v, _percent(v / total)] for k, v in _length_buckets(hist, seq).items()]
+
+
+def _tokens_html(instance: dict) -> Html:
+    """The tokens of one decoded instance as written, segment B in colour, each masked position marked with
+    its original token under it."""
+    masks = {m["position"]: m for m in instance["masks"]}
+    parts = []
+    for position, (token, segment) in enumerate(zip(instance["tokens"], instance["segment_ids"])):
+        if position in masks:
+            m = masks[position]
+            word = tag("mark", [token, tag("sub", m["original"])], title=f"{m['kind']}: original {m['original']}")
+        elif token in (CLS, SEP, PAD):
+            word = tag("span", token, class_="special")
+        else:
+            word = tag("span", token, class_="seg-b" if segment == 1 else None)
+        parts.append(word)
+    return tag("div", Html(" ".join(parts)), class_="tokens")
+
+
+def report_html(st: dict) -> tuple[str, Report]:
+    """The page of a `dataset_stats` result and its figures (their PNG bytes in the Report)."""
+    rep = Report()
+    plots = _plots(st, rep)
+    seq, pred, n = st["max_seq_length"], st["max_predictions_per_seq"], st["records"]
+    manifest, vocab = st["manifest"], st["vocab"]
+    summary = section("Summary", facts([
+        ("format", KIND_NAMES[st["format"]]),
+        ("instances", n), ("files", len(st["files"])),
+        ("max_seq_length", seq), ("max_predictions_per_seq", pred),
+        ("real tokens", st["tokens"]), ("mean real tokens per instance", round(st["mean_length"], 2)),
+        ("full-length instances", f"{st['full_length']:,} ({_percent(st['full_length_fraction'])})"),
+        ("random next (label 1)", f"{st['random_next']:,} ({_percent(st['random_next_fraction'])})"),
+        ("masked tokens", f"{st['masked_tokens']:,} (mean {st['mean_masks']:.2f} per instance)"),
+        (f"instances with {pred} masks", f"{st['masks_at_max']:,} ({_percent(st['masks_at_max_fraction'])})"),
+        ("[UNK] rate", "no vocab.txt beside the records" if st["unk_rate"] is None
+         else f"{100 * st['unk_rate']:.4f}% ({st['unk_tokens']:,} tokens, of the real tokens but [CLS]/[SEP])"),
+        ("bytes", f"{st['bytes_per_file']['total']:,} in {len(st['files'])} files"),
+        ("MANIFEST.json", status(manifest.get("ok"), _manifest_words(manifest))),
+    ]))
+    params = st["parameters"]
+    dataset = section(
+        "Dataset",
+        paragraph("What made these records: the folder's dataset.json (its content parameters), the vocabulary "
+                  "beside the records, and MANIFEST.json checked file by file as wikiprep verify checks it."),
+        table(["parameter", "value"], [[k, v if isinstance(v, str) else json.dumps(v)]
+                                       for k, v in sorted(params.items())], "dataset.json")
+        if params else paragraph("No dataset.json beside the records: the dimensions come from the records."),
+        facts([("vocab.txt", vocab["file"] or "none beside the records"),
+               ("vocab sha256", vocab["sha256"] or "—"),
+               ("vocab tokens", vocab.get("tokens")),
+               ("vocab is the dataset's", "—" if vocab["matches_dataset"] is None else
+                status(vocab["matches_dataset"], "yes: dataset.json names this sha256" if vocab["matches_dataset"]
+                       else "NO: dataset.json names another vocab_sha256")),
+               ("MANIFEST.json", status(manifest.get("ok"), _manifest_words(manifest)))]))
+    lengths = section(
+        "Real tokens per instance",
+        plots["lengths"],
+        paragraph(f"Full length ({seq} tokens): {st['full_length']:,} instances, {_percent(st['full_length_fraction'])}. "
+                  "The generator makes a share of short instances on purpose (short_seq_prob)."),
+        table(["real tokens", "instances", "share"],
+              _bucket_rows(st["sequence_length_histogram"], seq, n), "Real tokens per instance, in 16 ranges"),
+        details("Every length", table(["real tokens", "instances", "share"],
+                                      [[int(k), v, _percent(v / n)] for k, v in st["sequence_length_histogram"].items()],
+                                      scroll=True)))
+    segments = section(
+        "Segment A and B lengths",
+        plots["segments"],
+        paragraph("A is the first segment without [CLS] and its [SEP]; B the second without its [SEP]."),
+        table(["tokens", "instances with A", "instances with B"],
+              [[k, a, b] for k, a, b in _zip_buckets(st["segment_a_length_histogram"],
+                                                      st["segment_b_length_histogram"], seq)],
+              "Segment lengths, in 16 ranges"))
+    masks = section(
+        "Masks per instance",
+        plots["masks"],
+        paragraph(f"{st['masks_at_max']:,} instances ({_percent(st['masks_at_max_fraction'])}) reach "
+                  f"max_predictions_per_seq = {pred}: their count was cut there." if st["masks_at_max"] else
+                  f"No instance reaches max_predictions_per_seq = {pred}: no count was cut there "
+                  f"(the most any instance has is {max(int(k) for k in st['masked_count_histogram'])})."),
+        table(["masks", "instances", "share"],
+              [[int(k), v, _percent(v / n)] for k, v in st["masked_count_histogram"].items()], "Masks per instance",
+              scroll=len(st["masked_count_histogram"]) > 21))
+    shards = section(
+        "Shards",
+        plots["shards"],
+        table(["file", "instances", "bytes", "random next", "random next share"],
+              [[f["file"], f["records"], f["bytes"], f["random_next"], _percent(f["random_next_fraction"])]
+               for f in st["files"]], "Instances and random-next share per shard", scroll=len(st["files"]) > 16))
+    tokens = section(
+        "Tokens",
+        plots["tokens"],
+        paragraph("Counted over the real tokens with the masking undone (the original token at each masked "
+                  "position); [CLS], [SEP] and [PAD] are left out of the commonest tokens. " +
+                  ("[UNK] rate: no vocab.txt beside the records." if st["unk_rate"] is None else
+                   f"[UNK] rate: {100 * st['unk_rate']:.4f}% ({st['unk_tokens']:,} tokens).")),
+        row(*[table(["rank", "token", "id", "count", "share"],
+                    [[i + 1, _token_name(t), t["id"], t["count"], _percent(t["fraction"])]
+                     for i, t in enumerate(st[key])], f"The {TOP_TOKENS} {what}", scroll=True)
+              for key, what in (("top_tokens", "commonest tokens"), ("top_masked_tokens", "commonest masked tokens"))]))
+    shown = []
+    for inst in st["instances"]:
+        shown += [
+            tag("h3", f"Instance {inst['instance']} ({inst['file']}): {inst['length']} real tokens, A {inst['segment_a']}, "
+                      f"B {inst['segment_b']}, next sentence: {inst['next_sentence']} "
+                      f"(label {inst['next_sentence_label']})"),
+            _tokens_html(inst),
+            details(f"Its {len(inst['masks'])} masked positions: "
+                    + ", ".join(f"{n} {kind}" for kind, n in sorted(Counter(m["kind"] for m in inst["masks"]).items())),
+                    table(["position", "written", "original", "kind"],
+                          [[m["position"], m["written"], m["original"], m["kind"]] for m in inst["masks"]])),
+        ]
+    instances = section(
+        "Decoded instances",
+        paragraph(f"The first {len(st['instances'])} instances of the first file, as a trainer reads them. "
+                  "Segment B is in blue; each masked position is marked, with the original token below it: "
+                  "[MASK], a random token, or the token kept."
+                  + ("" if st["vocab"]["file"] else " No vocab.txt beside the records: token ids are shown.")),
+        *shown)
+    title = f"BERT dataset {st['folder']}"
+    lead = (f"{n:,} instances of {KIND_NAMES[st['format']]} records, seq {seq}, {pred} predictions. "
+            f"Figures from reading every record; stats.json holds every number shown.")
+    return page(title, [summary, dataset, lengths, segments, masks, shards, tokens, instances], lead), rep
+
+
+def _zip_buckets(a: dict[str, int], b: dict[str, int], seq: int):
+    """(range, A count, B count) of two length histograms, in the same 16 ranges (empty ranges left out)."""
+    width = max(1, math.ceil((seq + 1) / 16))
+    rows: dict[int, list[int]] = {}
+    for col, hist in enumerate((a, b)):
+        for k, v in hist.items():
+            rows.setdefault(int(k) // width, [0, 0])[col] += v
+    return [(f"{lo * width}-{min(lo * width + width - 1, seq)}", *rows[lo]) for lo in sorted(rows)]
+
+
+def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False, name: str | None = None,
                  progress: Progress | None = None) -> str:
-    """Commit `out/stats.json` and `out/report.txt` for the dataset in `folder`; returns the report's text.
+    """Commit the report of the dataset in `folder` to `out`: stats.json, report.txt, every plot as a PNG and
+    report.html; returns the report's text. `name`: what the report calls the folder (`dataset_stats`);
+    `progress(done, total)` counts the record files read.
 
     `overwrite` replaces a report already there (the command line); without it an existing one is
     kept when identical and refused when not (`shardkit.atomic`).
@@ -144,9 +547,11 @@ def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False
     folder, out = Path(folder), Path(out)
     if out.resolve() == folder.resolve():
         raise PrepError(f"--out {out}: choose a report folder other than the dataset itself")
-    st = dataset_stats(folder, progress)
+    st = dataset_stats(folder, progress, name=name)
+    html_text, rep = report_html(st)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "stats.json", st, overwrite=overwrite)
     text = stats_report_text(st)
     write_text(out / "report.txt", text, overwrite=overwrite)
+    rep.write(out, html_text, overwrite=overwrite)
     return text

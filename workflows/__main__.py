@@ -1,4 +1,5 @@
-"""`python -m workflows summary DIR`: where the demo's outputs are and the trainers' first and last losses.
+"""`python -m workflows summary DIR`: where the demo's outputs and its datasets' reports are, and the trainers'
+first and last losses.
 
 `python -m workflows slurm-plan Pretrain128 <parameters>`: what the Slurm chain still has to run
 (workflows.slurm.plan), as shell assignments for cluster/slurm/submit.sh.
@@ -89,6 +90,9 @@ def main(argv: list[str]) -> int:
     print("Demo outputs:")
     print(f"  BERT pre-training TFRecords (seq 128): {s['bert_dataset']}")
     print(f"  ImageNet TFRecord shards:              {s['imagenet_dataset']}")
+    # Each dataset's task wrote its report inside it (workflows.base.commit_report).
+    for what, key in (("BERT dataset report", "bert_dataset"), ("ImageNet dataset report", "imagenet_dataset")):
+        print(f"  {what + ':':<39}{Path(s[key]) / 'report' / 'report.html'}")
     for name in ("train_bert", "train_imagenet"):
         t = s[name]
         print(f"  {name}: {t['out_dir']}/metrics.csv, loss.png  "

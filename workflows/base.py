@@ -24,9 +24,10 @@ from pathlib import Path
 
 import luigi
 
-from shardkit.atomic import read_dir_receipt, read_receipt, receipt_path
+from shardkit.atomic import atomic_dir, read_dir_receipt, read_receipt, receipt_path, write_dir_receipt
 from shardkit.cli import error_line
 from shardkit.errors import PrepError
+from shardkit.manifest import REPORT_DIR
 from shardkit.progress import Progress, status, throttle
 from shardkit.signals import raise_on_sigterm
 
@@ -243,6 +244,24 @@ class ReceiptTarget(luigi.Target):
     def receipt(self) -> dict:
         with open(receipt_path(self.path), encoding="utf-8") as f:
             return json.load(f)
+
+
+def report_target(dataset_dir: str | Path) -> ReceiptTarget:
+    """The report of a finished dataset: `report/` inside it, outside its MANIFEST.json."""
+    return ReceiptTarget(Path(dataset_dir) / REPORT_DIR)
+
+
+def commit_report(dataset_dir: str | Path, write) -> None:
+    """`write(folder)` builds the report of `dataset_dir` in a temporary folder, committed as one (`atomic_dir`),
+    then its receipt, last: a run killed on the way leaves no half report, and the rerun makes it whole.
+
+    The report names the dataset by its folder's name, never by its path, and holds no time: the same
+    dataset gives the same bytes, so a duplicate run's report is accepted as identical.
+    """
+    target = report_target(dataset_dir)
+    with atomic_dir(target.path) as tmp:
+        write(tmp)
+    write_dir_receipt(target.path)
 
 
 # luigid hears of a task's progress at most this often: each report is an HTTP request to it.

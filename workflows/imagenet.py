@@ -7,10 +7,10 @@ from pathlib import Path
 import luigi
 from luigi.util import inherits, requires
 
-from imagenet_prep import convert
+from imagenet_prep import convert, stats
 from shardkit.atomic import remove_stale_temps, write_receipt
 
-from .base import IntParameter, PrepTask, ReceiptTarget
+from .base import IntParameter, PrepTask, ReceiptTarget, commit_report, report_target
 
 
 class ImageNetTask(PrepTask):
@@ -71,7 +71,8 @@ class ImageNetShard(ImageNetTask):
 
 @inherits(ImageNetPlan)
 class ImageNet(ImageNetTask):
-    """ImageNet as TFRecord shards: train-*/validation-* + idx/ + MANIFEST.json in --output-dir."""
+    """ImageNet as TFRecord shards: train-*/validation-* + idx/ + MANIFEST.json in --output-dir, then the report
+    (`report/`: report.html, its plots and figures, outside the manifest); complete when both are."""
 
     def requires(self):
         return {"plan": self.clone(ImageNetPlan),
@@ -90,9 +91,17 @@ class ImageNet(ImageNetTask):
         convert.check_output_dir(self.output_dir, self.clone(ImageNetPlan).make_plan)
 
     def output(self):
-        return ReceiptTarget(Path(self.output_dir) / "MANIFEST.json")
+        return {"manifest": ReceiptTarget(Path(self.output_dir) / "MANIFEST.json"),
+                "report": report_target(self.output_dir)}
 
     def run(self):
-        plan = convert.read_plan(self.input()["plan"].path)
-        convert.finalize(plan, self.output_dir, [t.receipt()["result"] for t in self.input()["shards"]])
-        write_receipt(self.output().path)
+        manifest = self.output()["manifest"]
+        if not manifest.exists():
+            plan = convert.read_plan(self.input()["plan"].path)
+            convert.finalize(plan, self.output_dir, [t.receipt()["result"] for t in self.input()["shards"]])
+            write_receipt(manifest.path)
+        if self.output()["report"].exists():  # only the manifest was missing: the report stands
+            return
+        self.set_status_message("reading every record for the report")
+        folder = Path(self.output_dir)
+        commit_report(folder, lambda out: stats.stats(folder, out, self.synsets_file, name=folder.name))

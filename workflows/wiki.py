@@ -22,11 +22,12 @@ from luigi.util import inherits, requires
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
                              write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
-from wikiprep import dataset, download, extract, instances, remask, sentences, vocab
+from wikiprep import dataset, download, extract, instances, remask, sentences, stats, vocab
 from wikiprep.options import GenerationOptions
 from wikiprep.schema import PAD_POSITION_VALUE
 
-from .base import BoolParameter, ChoiceParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget
+from .base import (BoolParameter, ChoiceParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget,
+                   commit_report, report_target)
 
 
 # The dumps' status as a plan (workflows.plan) read it, by (dump_url, wiki, dump_date), when DATA holds no
@@ -448,7 +449,9 @@ class PretrainShard(PretrainTask):
 
 
 class PretrainDataset(PretrainTask):
-    """Every shard, then vocab.txt, stats.json and MANIFEST.json: the dataset is complete when MANIFEST.json is."""
+    """Every shard, then vocab.txt, stats.json and MANIFEST.json, then the report (`report/`: report.html, its
+    plots and figures, outside the manifest): complete when both MANIFEST.json and the report are. A dataset
+    finished before reports existed gets its report on the next run, its files unchanged."""
 
     def check_before_work(self) -> None:
         """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
@@ -461,14 +464,21 @@ class PretrainDataset(PretrainTask):
         return [self.clone(PretrainShard, shard=i) for i in range(self.num_shards)]
 
     def output(self):
-        return ReceiptTarget(self.dataset_dir / "MANIFEST.json")
+        return {"manifest": ReceiptTarget(self.dataset_dir / "MANIFEST.json"), "report": report_target(self.dataset_dir)}
 
     def run(self):
-        receipts = [t.receipt() for t in self.input()]
-        dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(), [r["stats"] for r in receipts],
-                         self.clone(SentenceShards).stats(), output_format=self.output_format,
-                         known_files=written_files(receipts))
-        write_receipt(self.output().path)
+        manifest = self.output()["manifest"]
+        if not manifest.exists():
+            receipts = [t.receipt() for t in self.input()]
+            dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(), [r["stats"] for r in receipts],
+                             self.clone(SentenceShards).stats(), output_format=self.output_format,
+                             known_files=written_files(receipts))
+            write_receipt(manifest.path)
+        if self.output()["report"].exists():  # only the manifest was missing: the report stands
+            return
+        self.set_status_message("reading every record for the report")
+        commit_report(self.dataset_dir, lambda out: stats.write_report(self.dataset_dir, out,
+                                                                         name=self.dataset_dir.name))
 
 
 def written_files(shard_receipts: list[dict]) -> dict[str, dict]:
