@@ -22,8 +22,8 @@ from shardkit.example import decode_example, decode_example_kinds
 from shardkit.records import find_files, read_records
 from wikiprep.schema import BERT_INSTANCE, PRED, SEQ
 
-from .loop import (check_params, find_bad_file, first_line, first_record, set_seeds, train_and_record,
-                   warmup_then_decay)
+from .loop import (check_outputs_free, check_params, find_bad_file, first_line, first_record, set_seeds,
+                   train_and_record, warmup_then_decay)
 
 BERT_COLUMNS = ("step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "examples_per_s")
 SHARD_GLOB = "wiki_*.tfrecord"
@@ -207,7 +207,8 @@ def split_holdout(files: Sequence[Path], holdout_files: int, dataset_dir: Path) 
 def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps: int = 300,
                batch_size: int = 32, seed: int = 0, learning_rate: float = 1e-3, warmup_fraction: float = 0.1,
                weight_decay: float = 0.01, hidden: int = 64, layers: int = 2, heads: int = 2,
-               holdout_files: int = 0, eval_batches: int = 50, compact_vocab: bool = False) -> dict:
+               holdout_files: int = 0, eval_batches: int = 50, compact_vocab: bool = False,
+               jit_compile: bool = False, overwrite: bool = False) -> dict:
     """Pre-train a small BERT on the `wiki_*.tfrecord` files of `dataset_dir` for `steps` steps.
 
     The recipe is BERT's, shrunk: masked-LM + next-sentence loss, the MLM decoder tied to the token
@@ -221,13 +222,15 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
     in the text: a dataset that uses a few thousand of a vocabulary's 30,522 ids trains several times
     faster (the tied output layer is most of a small model's cost); every answer is in the text.
 
-    Writes `out_dir/metrics.csv` (`BERT_COLUMNS`, a row per step) and `out_dir/loss.png`, and
+    Writes `out_dir/metrics.csv` (`BERT_COLUMNS`, a row per step) and `out_dir/loss.png` (never over an
+    earlier run's without `overwrite`: `loop.write_metrics`), and
     returns first/last loss and the last steps' means of the other columns (means over 10 steps),
     timings and the shapes read. Bad input (missing folder, no records, a record that does not
     parse) raises PrepError.
     """
     dataset_dir = Path(dataset_dir)
     check_params(steps, batch_size)
+    check_outputs_free(out_dir, overwrite)
     steps, batch_size = int(steps), int(batch_size)
     if not 0 <= float(warmup_fraction) < 1:
         raise PrepError(f"--warmup-fraction must be in [0, 1), got {warmup_fraction}")
@@ -333,7 +336,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
             sums.update(mask_ce=tf.reduce_sum(ce * wm), mask_hits=tf.reduce_sum(hits * wm), mask_weight=tf.reduce_sum(wm))
         return sums
 
-    @tf.function
+    @tf.function(jit_compile=bool(jit_compile))
     def train_step(batch):
         with tf.GradientTape() as tape:
             sums = heads_out(batch, training=True)
@@ -342,9 +345,12 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
             loss = mlm_loss + nsp_loss
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return {"loss": loss, "mlm_loss": mlm_loss, "nsp_loss": nsp_loss,
-                "mlm_accuracy": tf.math.divide_no_nan(sums["mlm_hits"], sums["mlm_weight"]),
-                "nsp_accuracy": sums["nsp_hits"] / sums["examples"]}
+        out = {"loss": loss, "mlm_loss": mlm_loss, "nsp_loss": nsp_loss,
+               "mlm_accuracy": tf.math.divide_no_nan(sums["mlm_hits"], sums["mlm_weight"]),
+               "nsp_accuracy": sums["nsp_hits"] / sums["examples"]}
+        if "mask_ce" in sums:  # the progress line's: what the context teaches, the slots shown as [MASK]
+            out["mask_slot_loss"] = tf.math.divide_no_nan(sums["mask_ce"], sums["mask_weight"])
+        return out
 
     def evaluate() -> dict:
         """The held-out files, in order, once: MLM loss/accuracy per weighted slot, NSP per example."""
@@ -370,7 +376,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
                     "eval_mlm_accuracy_mask_slots": totals["mask_hits"] / totals["mask_weight"]}
                    if totals.get("mask_weight") else {})}
 
-    return train_and_record(train_step, ds, steps, BERT_COLUMNS, on_error, out_dir,
+    return train_and_record(train_step, ds, steps, BERT_COLUMNS, on_error, out_dir, overwrite=overwrite,
                             title=f"small BERT on {dataset_dir.name}", evaluate=evaluate, batch_size=batch_size,
                             seq_length=seq, max_predictions_per_seq=pred, vocab_size=vocab_size,
                             vocab_source=vocab_source, model_vocab_size=model_vocab, files=len(train_files),
