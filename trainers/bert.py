@@ -101,8 +101,22 @@ def _gelu(x):
     return keras.activations.gelu(x, approximate=True)
 
 
+def _sinusoid_table(seq_len: int, hidden: int, scale: float):
+    """The Transformer's sine/cosine position code, [seq_len, hidden], each column scaled to std `scale`:
+    position i+1's vector is a fixed rotation of position i's, so attending to a neighbour is one bilinear
+    form for every position, there from the first step instead of learned position by position."""
+    import numpy as np
+
+    pos = np.arange(seq_len)[:, None]
+    rates = 1.0 / 10000 ** (np.arange(0, hidden, 2) / hidden)
+    table = np.zeros((seq_len, hidden), np.float32)
+    table[:, 0::2] = np.sin(pos * rates)[:, : (hidden + 1) // 2]
+    table[:, 1::2] = np.cos(pos * rates)[:, : hidden // 2]
+    return table * (scale * np.sqrt(2.0))  # sin/cos have std 1/sqrt(2)
+
+
 def build_tiny_bert(vocab_size: int, seq_len: int, hidden: int = 64, layers: int = 2, heads: int = 2,
-                    intermediate: int = 256):
+                    intermediate: int = 256, sinusoid_positions: bool = False):
     """A tiny BERT: token+position+segment embeddings, `layers` post-LN encoder blocks,
     a masked-LM head (gathered at the masked positions, decoder tied to the token embeddings)
     and a next-sentence head on [CLS]. Inputs: dict of input_ids, input_mask, segment_ids,
@@ -115,7 +129,10 @@ def build_tiny_bert(vocab_size: int, seq_len: int, hidden: int = 64, layers: int
             super().__init__(name="tiny_bert")
             init = keras.initializers.TruncatedNormal(stddev=0.02)
             self.tok = keras.layers.Embedding(vocab_size, hidden, embeddings_initializer=init, name="token_emb")
-            self.pos = keras.layers.Embedding(seq_len, hidden, embeddings_initializer=init, name="pos_emb")
+            # Learned position embeddings, as BERT's; `sinusoid_positions` only starts them at the sine code.
+            pos_init = (keras.initializers.Constant(_sinusoid_table(seq_len, hidden, 0.02)) if sinusoid_positions
+                        else init)
+            self.pos = keras.layers.Embedding(seq_len, hidden, embeddings_initializer=pos_init, name="pos_emb")
             self.seg = keras.layers.Embedding(2, hidden, embeddings_initializer=init, name="segment_emb")
             self.emb_norm = keras.layers.LayerNormalization(epsilon=1e-12)
             self.blocks = []
@@ -208,7 +225,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
                batch_size: int = 32, seed: int = 0, learning_rate: float = 1e-3, warmup_fraction: float = 0.1,
                weight_decay: float = 0.01, hidden: int = 64, layers: int = 2, heads: int = 2,
                holdout_files: int = 0, eval_batches: int = 50, compact_vocab: bool = False,
-               jit_compile: bool = False, overwrite: bool = False) -> dict:
+               jit_compile: bool = False, sinusoid_positions: bool = False, overwrite: bool = False) -> dict:
     """Pre-train a small BERT on the `wiki_*.tfrecord` files of `dataset_dir` for `steps` steps.
 
     The recipe is BERT's, shrunk: masked-LM + next-sentence loss, the MLM decoder tied to the token
@@ -306,7 +323,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
     ds = ds.map(parse, num_parallel_calls=2, deterministic=True).prefetch(2)
 
     model = build_tiny_bert(model_vocab, seq, hidden=int(hidden), layers=int(layers), heads=int(heads),
-                            intermediate=4 * int(hidden))
+                            intermediate=4 * int(hidden), sinusoid_positions=bool(sinusoid_positions))
     optimizer = keras.optimizers.AdamW(learning_rate=warmup_then_decay(float(learning_rate), steps,
                                                                        float(warmup_fraction)),
                                        weight_decay=float(weight_decay), beta_1=0.9, beta_2=0.999, epsilon=1e-6,
