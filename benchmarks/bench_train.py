@@ -97,12 +97,13 @@ def bert_run(args) -> dict:
     from trainers.bert import SHARD_GLOB, _mask_token_id, split_holdout, train_bert
 
     dataset = args.dataset or build_dataset(args.work, args.xml_mb, args.num_shards)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = train_bert(dataset, args.work / "train_bert", steps=args.steps, batch_size=args.batch_size,
                         seed=args.seed, learning_rate=args.learning_rate, warmup_fraction=args.warmup_fraction,
                         hidden=args.hidden, layers=args.layers, heads=args.heads, holdout_files=1,
-                        eval_batches=args.eval_batches, compact_vocab=True)
-    wall = time.perf_counter() - t0
+                        eval_batches=args.eval_batches, compact_vocab=True, jit_compile=not args.no_jit,
+                        sinusoid_positions=args.sinusoid_positions, overwrite=True)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     train_files, held_out = split_holdout(find_files(Path(dataset), SHARD_GLOB), 1, Path(dataset))
     seq, max_pred = result["seq_length"], result["max_predictions_per_seq"]
     mask_id = _mask_token_id(Path(dataset))
@@ -124,7 +125,8 @@ def bert_run(args) -> dict:
             "eval_examples", "eval_masked_tokens", "eval_mlm_loss", "eval_mlm_accuracy", "eval_nsp_loss",
             "eval_nsp_accuracy", "eval_mask_slot_tokens", "eval_mlm_loss_mask_slots",
             "eval_mlm_accuracy_mask_slots", "model_vocab_size", "seconds_per_step", "examples_per_s", "metrics_csv")
-    report = {"dataset": str(dataset), "wall_seconds": round(wall, 1), **{k: result[k] for k in keep if k in result},
+    report = {"dataset": str(dataset), "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
+              "jit_compile": not args.no_jit, "sinusoid_positions": args.sinusoid_positions, **{k: result[k] for k in keep if k in result},
               "baseline": baseline}
     report["mlm_below_unigram_entropy_by"] = baseline["unigram_entropy"] - result["eval_mlm_loss"]
     if baseline["unigram_entropy_mask_slots"] is not None and "eval_mlm_loss_mask_slots" in result:
@@ -150,13 +152,14 @@ def imagenet_run(args) -> dict:
                                   "--train-shards", "8", "--validation-shards", "2"], capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"bench_train.py: error: imagenet-prep convert failed: {r.stderr.strip()[-500:]}")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = train_imagenet(out, args.work / "train_imagenet", steps=args.cnn_steps, batch_size=32, image_size=32,
-                            seed=args.seed, evaluate_validation=True)
+                            seed=args.seed, evaluate_validation=True, overwrite=True)
     keep = ("steps", "batch_size", "image_size", "files", "first_loss", "last_loss", "last_accuracy",
             "validation_files", "validation_examples", "validation_loss", "validation_accuracy", "seconds_per_step",
             "examples_per_s", "metrics_csv")
-    return {"dataset": str(out), "wall_seconds": round(time.perf_counter() - t0, 1), **{k: result[k] for k in keep if k in result},
+    return {"dataset": str(out), "wall_seconds": round(time.perf_counter() - t0, 1),
+            "cpu_seconds": round(time.process_time() - cpu0, 1), **{k: result[k] for k in keep if k in result},
             "chance_accuracy": 0.1, "classes": 10}
 
 
@@ -174,6 +177,10 @@ def main(argv=None) -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--eval-batches", type=int, default=100)
+    parser.add_argument("--sinusoid-positions", action="store_true",
+                        help="start the learned position embeddings at the sine/cosine code")
+    parser.add_argument("--no-jit", action="store_true", help="trace the step without XLA (jit_compile=False)")
+    parser.add_argument("--progress", action="store_true", help="print the trainer's progress line every 100 steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-bert", action="store_true")
     parser.add_argument("--imagenet", action="store_true", help="also train the CNN on the sample ImageNet tree")
@@ -182,6 +189,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.progress:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     report = {"cpus": len(os.sched_getaffinity(0)), "load_average_before": os.getloadavg()}
     if not args.skip_bert:
         report["bert"] = bert_run(args)

@@ -37,8 +37,8 @@ def snippets() -> dict[str, str]:
 
 
 def test_the_readme_has_a_snippet_per_consumer():
-    assert set(snippets()) == {"nvidia-hdf5", "graphcore-static-mask", "google-bert-tfdata", "graphcore-tf2-bert",
-                               "graphcore-tf2-cnn", "tfrecord-index", "dali-index"}
+    assert set(snippets()) == {"nvidia-hdf5", "graphcore-static-mask", "google-bert-tfdata", "tfdata-batched",
+                               "graphcore-tf2-bert", "graphcore-tf2-cnn", "tfrecord-index", "dali-index"}
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +93,13 @@ def test_google_bert_tfdata_snippet(folder):
     records = dataset_records(folder)
     assert run("google-bert-tfdata", folder) == [len(records), int(sum(sum(r["masked_lm_weights"]) for r in records)),
                                                  sum(r["next_sentence_labels"][0] for r in records)]
+
+
+def test_tfdata_batched_snippet(folder):
+    """The recommended batch-then-parse path reads every record of the folder, as the per-record one does."""
+    records = dataset_records(folder)
+    assert run("tfdata-batched", folder) == [len(records), int(sum(sum(r["masked_lm_weights"]) for r in records)),
+                                             sum(r["next_sentence_labels"][0] for r in records)]
 
 
 def test_graphcore_tf2_bert_snippet(folder):

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import os
 import random
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -313,3 +318,56 @@ def test_imagenet_bad_input(tmp_path, imagenet_dataset):
     with pytest.raises(PrepError, match=r"train-00000-of-00001.*record 1"):
         train_imagenet(bad_jpeg, tmp_path / "out", steps=3, batch_size=2)
     assert not (tmp_path / "out").exists()
+
+
+LUIGI = str(Path(sys.executable).with_name("luigi"))
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _train_bert_task(dataset: Path, out: Path, steps: int) -> subprocess.Popen:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("LUIGI_CONFIG_PATH", None)
+    return subprocess.Popen([LUIGI, "--module", "workflows", "TrainBert", "--dataset-dir", str(dataset), "--steps",
+                             str(steps), "--out-dir", str(out), "--local-scheduler"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=300)
+    return proc.returncode, err
+
+
+def test_train_task_commits_once(bert_dataset, tmp_path):
+    """TrainBert through Luigi's command line: killed while training it leaves nothing; run to the end it
+    commits metrics.csv and loss.png, then their receipt; run again it is complete and rewrites nothing;
+    with the receipt gone (a run killed between its commit and its receipt) a rerun refuses, in one
+    line and before training, to replace the outputs there."""
+    out = tmp_path / "out"
+    proc = _train_bert_task(bert_dataset, out, steps=100_000)
+    for line in proc.stderr:  # progress lines: the kill lands mid-training
+        if "step 100/100000" in line:
+            break
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert not out.exists() or not list(out.iterdir()), list(out.iterdir())
+
+    code, err = _finish(_train_bert_task(bert_dataset, out, steps=20))
+    assert code == 0, err
+    _assert_outputs(out, 20, BERT_COLUMNS)
+    receipt = out / ".receipts" / "metrics.csv.json"
+    committed = {p.name: p.read_bytes() for p in (out / "metrics.csv", out / "loss.png", receipt)}
+    assert json.loads(committed["metrics.csv.json"])["result"]["steps"] == 20
+
+    code, err = _finish(_train_bert_task(bert_dataset, out, steps=20))
+    assert code == 0, err
+    assert {p.name: p.read_bytes() for p in (out / "metrics.csv", out / "loss.png", receipt)} == committed
+
+    receipt.unlink()
+    code, err = _finish(_train_bert_task(bert_dataset, out, steps=20))
+    lines = [line for line in err.splitlines() if line.startswith("wikiprep: error:")]
+    assert code != 0 and len(lines) == 1 and "Traceback" not in err and "step 20/20" not in err, err
+    assert lines[0] == f"wikiprep: error: {out / 'metrics.csv'}: already there, from another run; left as it is: " \
+                       "remove it to train again"
+    assert {p.name: p.read_bytes() for p in (out / "metrics.csv", out / "loss.png")} == \
+           {k: v for k, v in committed.items() if k != "metrics.csv.json"}
+    assert sorted(p.name for p in out.iterdir()) == [".receipts", "loss.png", "metrics.csv"]

@@ -23,8 +23,8 @@ from shardkit.progress import Progress
 from shardkit.records import find_files, read_records
 from wikiprep.schema import BERT_INSTANCE, PRED, SEQ
 
-from .loop import (check_params, find_bad_file, first_line, first_record, set_seeds, train_and_record,
-                   warmup_then_decay)
+from .loop import (check_outputs_free, check_params, find_bad_file, first_line, first_record, set_seeds,
+                   train_and_record, warmup_then_decay)
 
 BERT_COLUMNS = ("step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "examples_per_s")
 SHARD_GLOB = "wiki_*.tfrecord"
@@ -102,8 +102,22 @@ def _gelu(x):
     return keras.activations.gelu(x, approximate=True)
 
 
+def _sinusoid_table(seq_len: int, hidden: int, scale: float):
+    """The Transformer's sine/cosine position code, [seq_len, hidden], each column scaled to std `scale`:
+    position i+1's vector is a fixed rotation of position i's, so attending to a neighbour is one bilinear
+    form for every position, there from the first step instead of learned position by position."""
+    import numpy as np
+
+    pos = np.arange(seq_len)[:, None]
+    rates = 1.0 / 10000 ** (np.arange(0, hidden, 2) / hidden)
+    table = np.zeros((seq_len, hidden), np.float32)
+    table[:, 0::2] = np.sin(pos * rates)[:, : (hidden + 1) // 2]
+    table[:, 1::2] = np.cos(pos * rates)[:, : hidden // 2]
+    return table * (scale * np.sqrt(2.0))  # sin/cos have std 1/sqrt(2)
+
+
 def build_tiny_bert(vocab_size: int, seq_len: int, hidden: int = 64, layers: int = 2, heads: int = 2,
-                    intermediate: int = 256):
+                    intermediate: int = 256, sinusoid_positions: bool = False):
     """A tiny BERT: token+position+segment embeddings, `layers` post-LN encoder blocks,
     a masked-LM head (gathered at the masked positions, decoder tied to the token embeddings)
     and a next-sentence head on [CLS]. Inputs: dict of input_ids, input_mask, segment_ids,
@@ -116,7 +130,10 @@ def build_tiny_bert(vocab_size: int, seq_len: int, hidden: int = 64, layers: int
             super().__init__(name="tiny_bert")
             init = keras.initializers.TruncatedNormal(stddev=0.02)
             self.tok = keras.layers.Embedding(vocab_size, hidden, embeddings_initializer=init, name="token_emb")
-            self.pos = keras.layers.Embedding(seq_len, hidden, embeddings_initializer=init, name="pos_emb")
+            # Learned position embeddings, as BERT's; `sinusoid_positions` only starts them at the sine code.
+            pos_init = (keras.initializers.Constant(_sinusoid_table(seq_len, hidden, 0.02)) if sinusoid_positions
+                        else init)
+            self.pos = keras.layers.Embedding(seq_len, hidden, embeddings_initializer=pos_init, name="pos_emb")
             self.seg = keras.layers.Embedding(2, hidden, embeddings_initializer=init, name="segment_emb")
             self.emb_norm = keras.layers.LayerNormalization(epsilon=1e-12)
             self.blocks = []
@@ -209,6 +226,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
                batch_size: int = 32, seed: int = 0, learning_rate: float = 1e-3, warmup_fraction: float = 0.1,
                weight_decay: float = 0.01, hidden: int = 64, layers: int = 2, heads: int = 2,
                holdout_files: int = 0, eval_batches: int = 50, compact_vocab: bool = False,
+               jit_compile: bool = False, sinusoid_positions: bool = False, overwrite: bool = False,
                progress: Progress | None = None) -> dict:
     """Pre-train a small BERT on the `wiki_*.tfrecord` files of `dataset_dir` for `steps` steps.
 
@@ -223,13 +241,15 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
     in the text: a dataset that uses a few thousand of a vocabulary's 30,522 ids trains several times
     faster (the tied output layer is most of a small model's cost); every answer is in the text.
 
-    Writes `out_dir/metrics.csv` (`BERT_COLUMNS`, a row per step) and `out_dir/loss.png`, and
+    Writes `out_dir/metrics.csv` (`BERT_COLUMNS`, a row per step) and `out_dir/loss.png` (never over an
+    earlier run's without `overwrite`: `loop.write_metrics`), and
     returns first/last loss and the last steps' means of the other columns (means over 10 steps),
     timings and the shapes read. Bad input (missing folder, no records, a record that does not
     parse) raises PrepError.
     """
     dataset_dir = Path(dataset_dir)
     check_params(steps, batch_size)
+    check_outputs_free(out_dir, overwrite)
     steps, batch_size = int(steps), int(batch_size)
     if not 0 <= float(warmup_fraction) < 1:
         raise PrepError(f"--warmup-fraction must be in [0, 1), got {warmup_fraction}")
@@ -305,7 +325,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
     ds = ds.map(parse, num_parallel_calls=2, deterministic=True).prefetch(2)
 
     model = build_tiny_bert(model_vocab, seq, hidden=int(hidden), layers=int(layers), heads=int(heads),
-                            intermediate=4 * int(hidden))
+                            intermediate=4 * int(hidden), sinusoid_positions=bool(sinusoid_positions))
     optimizer = keras.optimizers.AdamW(learning_rate=warmup_then_decay(float(learning_rate), steps,
                                                                        float(warmup_fraction)),
                                        weight_decay=float(weight_decay), beta_1=0.9, beta_2=0.999, epsilon=1e-6,
@@ -335,7 +355,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
             sums.update(mask_ce=tf.reduce_sum(ce * wm), mask_hits=tf.reduce_sum(hits * wm), mask_weight=tf.reduce_sum(wm))
         return sums
 
-    @tf.function
+    @tf.function(jit_compile=bool(jit_compile))
     def train_step(batch):
         with tf.GradientTape() as tape:
             sums = heads_out(batch, training=True)
@@ -344,9 +364,12 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
             loss = mlm_loss + nsp_loss
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return {"loss": loss, "mlm_loss": mlm_loss, "nsp_loss": nsp_loss,
-                "mlm_accuracy": tf.math.divide_no_nan(sums["mlm_hits"], sums["mlm_weight"]),
-                "nsp_accuracy": sums["nsp_hits"] / sums["examples"]}
+        out = {"loss": loss, "mlm_loss": mlm_loss, "nsp_loss": nsp_loss,
+               "mlm_accuracy": tf.math.divide_no_nan(sums["mlm_hits"], sums["mlm_weight"]),
+               "nsp_accuracy": sums["nsp_hits"] / sums["examples"]}
+        if "mask_ce" in sums:  # the progress line's: what the context teaches, the slots shown as [MASK]
+            out["mask_slot_loss"] = tf.math.divide_no_nan(sums["mask_ce"], sums["mask_weight"])
+        return out
 
     def evaluate() -> dict:
         """The held-out files, in order, once: MLM loss/accuracy per weighted slot, NSP per example."""
@@ -372,7 +395,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
                     "eval_mlm_accuracy_mask_slots": totals["mask_hits"] / totals["mask_weight"]}
                    if totals.get("mask_weight") else {})}
 
-    return train_and_record(train_step, ds, steps, BERT_COLUMNS, on_error, out_dir,
+    return train_and_record(train_step, ds, steps, BERT_COLUMNS, on_error, out_dir, overwrite=overwrite,
                             title=f"small BERT on {dataset_dir.name}", evaluate=evaluate, progress=progress,
                             batch_size=batch_size,
                             seq_length=seq, max_predictions_per_seq=pred, vocab_size=vocab_size,

@@ -20,8 +20,8 @@ from shardkit.example import decode_example_kinds
 from shardkit.progress import Progress
 from shardkit.records import find_files
 
-from .loop import (check_params, find_bad_file, first_line, first_record, set_seeds, train_and_record,
-                   warmup_then_decay)
+from .loop import (check_outputs_free, check_params, find_bad_file, first_line, first_record, set_seeds,
+                   train_and_record, warmup_then_decay)
 
 NUM_CLASSES = 1000
 IMAGENET_COLUMNS = ("step", "loss", "accuracy", "examples_per_s")
@@ -65,16 +65,18 @@ def build_tiny_cnn(image_size: int):
 def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps: int = 300,
                    batch_size: int = 32, image_size: int = 32, seed: int = 0,
                    learning_rate: float = 1e-3, warmup_fraction: float = 0.1, evaluate_validation: bool = False,
-                   eval_batches: int = 50, progress: Progress | None = None) -> dict:
+                   eval_batches: int = 50, overwrite: bool = False, progress: Progress | None = None) -> dict:
     """Train a tiny CNN on the `train-*-of-*` shards of `dataset_dir` for `steps` steps.
 
-    Writes `out_dir/metrics.csv` (`IMAGENET_COLUMNS`) and `out_dir/loss.png`, and returns first/last
+    Writes `out_dir/metrics.csv` (`IMAGENET_COLUMNS`) and `out_dir/loss.png` (never over an earlier
+    run's without `overwrite`: `loop.write_metrics`), and returns first/last
     loss (means over the first/last 10 steps), the last steps' accuracy and timings. With
     `evaluate_validation`, up to `eval_batches` batches of the `validation-*-of-*` shards are scored
     after training (`validation_*` keys). Bad input raises PrepError.
     """
     dataset_dir = Path(dataset_dir)
     check_params(steps, batch_size)
+    check_outputs_free(out_dir, overwrite)
     if int(image_size) < 8:
         raise PrepError(f"--image-size must be at least 8, got {image_size}")
     steps, batch_size, image_size = int(steps), int(batch_size), int(image_size)
@@ -159,7 +161,7 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
             raise PrepError(f"{dataset_dir}: bad record: {first_line(e)}") from None
         raise PrepError(f"{dataset_dir}: ran out of records: {first_line(e)}") from None
 
-    return train_and_record(train_step, ds, steps, IMAGENET_COLUMNS, on_error, out_dir,
+    return train_and_record(train_step, ds, steps, IMAGENET_COLUMNS, on_error, out_dir, overwrite=overwrite,
                             title=f"tiny CNN on {dataset_dir.name}", evaluate=evaluate, progress=progress,
                             batch_size=batch_size,
                             image_size=image_size, files=len(files))

@@ -1,8 +1,9 @@
 """What both thin trainers share: metrics.csv and loss.png, checks of their input, the step loop, seeds.
 
-A trainer checks its parameters (`check_params`) and the first record of every file
-(`first_record`) before building a model, then `train_and_record` runs the steps, commits
-metrics.csv and loss.png, and returns the summary every trainer reports. When TensorFlow's reader
+A trainer checks its parameters (`check_params`), that its outputs are not there already
+(`check_outputs_free`) and the first record of every file (`first_record`) before building a model,
+then `train_and_record` runs the steps, commits loss.png and metrics.csv together (no-clobber, as
+every output of the project: `shardkit.atomic`), and returns the summary every trainer reports. When TensorFlow's reader
 fails mid-run, `find_bad_file` re-reads the files to name the one at fault, and `first_line` keeps
 the line of TensorFlow's message that says why. `warmup_then_decay` is the learning-rate schedule
 of BERT's recipes (google-research/bert, NVIDIA, Graphcore): linear warm-up, then linear decay to 0.
@@ -19,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from shardkit.atomic import write_text
+from shardkit.atomic import atomic_write_together
 from shardkit.errors import PrepError
-from shardkit.plots import figure, write_png
+from shardkit.plots import figure, png_bytes
 from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import read_records
 
@@ -34,15 +35,19 @@ PLOT_FILE = "loss.png"
 SUMMARY_WINDOW = 10  # first/last loss are means over this many steps: one step's loss is noisy
 TIMINGS = ("first_step_seconds", "seconds_per_step", "examples_per_s")  # result keys that differ from run to run
 THROUGHPUT = "examples_per_s"  # the metrics.csv column of examples per second, measured per step (data wait included)
+PROGRESS_STEPS = 100  # a run of minutes says where it is this often (logged at INFO: Luigi's log shows it)
 
 
 def write_metrics(out_dir: str | os.PathLike, rows: Sequence[dict], columns: Sequence[str],
-                  title: str = "training loss") -> tuple[Path, Path]:
-    """Commit `out_dir/metrics.csv` (a header, then a row per step) and `out_dir/loss.png`.
+                  title: str = "training loss", overwrite: bool = False) -> tuple[Path, Path]:
+    """Commit `out_dir/loss.png` and `out_dir/metrics.csv` (a header, then a row per step), together.
 
-    The `*loss` columns are drawn against `step`, the `*accuracy` ones in a panel below. Both files are
-    written atomically, and replace those of an earlier run: a training run is a measurement (its
-    examples/s differ from run to run), not data that a second run must reproduce byte for byte.
+    The `*loss` columns are drawn against `step`, the `*accuracy` ones in a panel below. Both are
+    written to temporaries beside them, fsynced, and committed only once both are complete,
+    metrics.csv last (the file a receipt and a reader look for). Without `overwrite` an earlier
+    run's files are never replaced: a run is a measurement (its examples/s differ from run to run),
+    so a second run's files are never the same bytes and are refused (`check_outputs_free` refuses
+    them before training). `overwrite` is for a benchmark's own scratch folder.
     """
     out_dir = Path(out_dir)
     csv_path, png_path = out_dir / METRICS_FILE, out_dir / PLOT_FILE
@@ -51,9 +56,22 @@ def write_metrics(out_dir: str | os.PathLike, rows: Sequence[dict], columns: Seq
     writer.writerow(columns)
     for row in rows:
         writer.writerow([_format_cell(row[c]) for c in columns])
-    write_text(csv_path, text.getvalue(), overwrite=True)
-    write_png(_loss_figure(rows, columns, title), png_path, overwrite=True)
+    png = png_bytes(_loss_figure(rows, columns, title))
+    with atomic_write_together([png_path, csv_path], overwrite=overwrite) as (png_file, csv_file):
+        png_file.write(png)
+        csv_file.write(text.getvalue().encode("utf-8"))
     return csv_path, png_path
+
+
+def check_outputs_free(out_dir: str | os.PathLike, overwrite: bool = False) -> None:
+    """PrepError when `out_dir` holds a trainer's outputs already and `overwrite` is not given: checked
+    before training, so that minutes of training do not end in a refused commit."""
+    if overwrite:
+        return
+    for name in (METRICS_FILE, PLOT_FILE):
+        path = Path(out_dir) / name
+        if os.path.lexists(path):
+            raise PrepError(f"{path}: already there, from another run; left as it is: remove it to train again")
 
 
 def _format_cell(value) -> str:
@@ -141,8 +159,9 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
               batch_size: int = 0, progress: Progress | None = None) -> tuple[list[dict], float, float]:
     """Run `train_step(batch) -> dict of scalar tensors` for `steps` batches, one row per step.
 
-    Returns the rows, the seconds of the first step (graph tracing included) and the mean
-    seconds of the others. A `THROUGHPUT` column is `batch_size` over the step's wall time, the
+    Every `PROGRESS_STEPS` steps a progress line (this module's logger) gives the means of the columns and
+    of whatever else `train_step` returns since the last line. Returns the rows, the seconds of the first
+    step (graph tracing included) and the mean seconds of the others. A `THROUGHPUT` column is `batch_size` over the step's wall time, the
     wait for its batch included. TensorFlow errors go to `on_error(exc)`, which raises a PrepError.
     `progress(done, total)` counts the steps.
     """
@@ -152,6 +171,7 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
     if progress is not None:
         progress(0, steps)
     rows: list[dict] = []
+    recent_logged: list[dict] = []  # the values of `train_step` outside `columns`, since the last progress line
     iterator = iter(batches)
     t0 = time.perf_counter()
     first_step_s = 0.0
@@ -163,6 +183,7 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
             for name in columns:
                 if name not in ("step", THROUGHPUT):
                     row[name] = float(out[name])  # waits for the step to finish
+            logged = {k: float(v) for k, v in out.items() if k not in columns}  # for the progress line only
             if THROUGHPUT in columns:
                 row[THROUGHPUT] = batch_size / max(time.perf_counter() - t_step, 1e-9)
             if not all(math.isfinite(row[c]) for c in columns if c != "step"):
@@ -170,6 +191,13 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
             rows.append(row)
             if progress is not None:
                 progress(step, steps)
+            recent_logged.append(logged)
+            if step % PROGRESS_STEPS == 0 or step == steps:
+                recent = rows[-len(recent_logged):]
+                means = {c: sum(r[c] for r in recent) / len(recent) for c in columns if c != "step"}
+                means.update({k: sum(r[k] for r in recent_logged) / len(recent_logged) for k in logged})
+                log.info("step %d/%d: %s", step, steps, ", ".join(f"{k} {v:.4g}" for k, v in means.items()))
+                recent_logged = []
             if step == 1:
                 first_step_s = time.perf_counter() - t0
                 t1 = time.perf_counter()
@@ -182,17 +210,17 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
 
 
 def train_and_record(train_step, batches, steps: int, columns: Sequence[str], on_error,
-                     out_dir: str | os.PathLike, title: str, evaluate=None, progress: Progress | None = None,
-                     **facts) -> dict:
+                     out_dir: str | os.PathLike, title: str, evaluate=None, overwrite: bool = False,
+                     progress: Progress | None = None, **facts) -> dict:
     """`run_steps`, then `evaluate()` (a dict of held-out figures; None: no evaluation), then
-    `write_metrics`; returns the loss summary, the last steps' mean of every other column, the
-    evaluation, timings, output paths and `facts`. `progress(done, total)` counts the training steps."""
+    `write_metrics` (`overwrite` as there); returns the loss summary, the last steps' mean of every other
+    column, the evaluation, timings, output paths and `facts`. `progress(done, total)` counts the training steps."""
     batch_size = int(facts.get("batch_size", 0))
     stage = Stage(log, f"train {title}")
     rows, first_step_s, step_s = run_steps(train_step, batches, steps, columns, on_error, batch_size, progress)
     stage.finish(steps, "steps")
     evaluation = evaluate() if evaluate is not None else {}
-    csv_path, png_path = write_metrics(out_dir, rows, columns, title=title)
+    csv_path, png_path = write_metrics(out_dir, rows, columns, title=title, overwrite=overwrite)
     summary = loss_summary(rows)
     n = summary["summary_window"]
     last = {f"last_{c}": sum(float(r[c]) for r in rows[-n:]) / n

@@ -1,4 +1,12 @@
-"""The thin trainers: a tiny model trained on a dataset folder, to show the data is learnable."""
+"""The thin trainers: a tiny model trained on a dataset folder, to show the data is learnable.
+
+Their outputs follow the project's commit protocol (`shardkit.atomic`): loss.png and metrics.csv are
+written to temporaries beside them and committed together, no-clobber, and the receipt of
+metrics.csv last. A rerun of a finished trainer finds the receipt and is complete; a run killed
+while training leaves nothing (a dead writer's temporaries are removed when the next run starts); a
+run killed between its commit and its receipt leaves outputs that a rerun refuses in one line before
+training, rather than replacing them (they are a measurement, never the same bytes twice).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,25 @@ from pathlib import Path
 
 import luigi
 
-from shardkit.atomic import write_receipt
+from shardkit.atomic import remove_stale_temps, write_receipt
 
 from .base import IntParameter, PrepTask, ReceiptTarget
 
 logger = logging.getLogger("luigi-interface")
+
+
+class _ToLuigiLog(logging.Handler):
+    """The trainers' progress lines (logger "trainers", `trainers.loop.PROGRESS_STEPS`) into Luigi's log,
+    whose handler sits on "luigi-interface" only: a run of minutes says where it is."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger.handle(record)
+
+
+_progress = logging.getLogger("trainers")
+_progress.setLevel(logging.INFO)
+_progress.addHandler(_ToLuigiLog())
+_progress.propagate = False  # once is enough, where Luigi's log goes
 
 
 def receipt_result(task: luigi.Task, result: dict) -> dict:
@@ -33,6 +55,20 @@ class TrainTask(PrepTask):
     def output(self):
         return ReceiptTarget(Path(self.out_dir) / "metrics.csv")
 
+    def check_before_work(self) -> None:
+        """Outputs without their receipt (another run's, or one killed before its receipt) are refused here,
+        before minutes of training end in a refused commit."""
+        from trainers.loop import check_outputs_free
+
+        if not self.output().exists():
+            check_outputs_free(self.out_dir)
+
+    def remove_dead_temps(self) -> None:
+        from trainers.loop import METRICS_FILE, PLOT_FILE
+
+        for name in (PLOT_FILE, METRICS_FILE):
+            remove_stale_temps(Path(self.out_dir) / name)
+
 
 class TrainBert(TrainTask):
     """A small BERT pre-trained on a dataset folder (masked LM + next sentence, AdamW, warm-up and decay)."""
@@ -42,6 +78,7 @@ class TrainBert(TrainTask):
     def run(self):
         from trainers.bert import train_bert  # Keras loads only when a trainer runs
 
+        self.remove_dead_temps()
         result = train_bert(self.dataset_dir, self.out_dir, steps=self.steps, holdout_files=self.holdout_files,
                             progress=self.progress("train BERT", "steps"))
         write_receipt(self.output().path, result=receipt_result(self, result))
@@ -55,6 +92,7 @@ class TrainImageNet(TrainTask):
     def run(self):
         from trainers.cnn import train_imagenet
 
+        self.remove_dead_temps()
         has_validation = any(Path(self.dataset_dir).glob("validation-*-of-*"))
         result = train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps, evaluate_validation=has_validation,
                                 progress=self.progress("train CNN", "steps"))
