@@ -131,7 +131,7 @@ def test_after_a_run_everything_is_complete_and_nothing_is_fetched(site, tmp_pat
                                  "DownloadPart": (2, 1, 0), "PretrainShard": (2, 1, 1), "Pretrain128": (1, 0, 1)}
     assert "(1 incomplete task will not run: a complete task after it holds what it makes)" in res.stdout
     assert res.stdout.splitlines()[-3:] == ["to run:", f"  PretrainShard: {DATASET}/wiki_00001.tfrecord",
-                                            f"  Pretrain128: {DATASET}/MANIFEST.json"]
+                                            f"  Pretrain128: {DATASET}/MANIFEST.json, {DATASET}/report"]
     assert len(srv.log) == requests
 
 
