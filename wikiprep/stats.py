@@ -1,7 +1,9 @@
 """Counts and histograms of a folder of BERT records: `dataset_stats`, its text and HTML reports, `write_report`.
 
-Every record is read as a trainer reads it (through `reader.batches`: TensorFlow for TFRecords in
-either layout, h5py for NVIDIA's HDF5 files), so the figures describe what a trainer gets.
+Every record is read as a trainer reads it (through `reader.file_batches`: TensorFlow for TFRecords in
+either layout, h5py for NVIDIA's HDF5 files), so the figures describe what a trainer gets. Each file is
+read alone (`file_stats`, a small dict) and the files' figures merged in file order: a shard's writer
+can read back its own shard, and the task closing the dataset only add them up.
 `write_report` writes stats.json (every figure), report.txt, one PNG per plot and report.html,
 the page that shows them with their tables (`shardkit.report`). Nothing in them depends on where
 the folder is (it is named by `name`) or on when the report was made, so the report of a dataset

@@ -457,7 +457,9 @@ class PretrainShard(PretrainTask):
 class PretrainDataset(PretrainTask):
     """Every shard, then vocab.txt, stats.json and MANIFEST.json, then the report (`report/`: report.html, its
     plots and figures, outside the manifest): complete when both MANIFEST.json and the report are. A dataset
-    finished before reports existed gets its report on the next run, its files unchanged."""
+    finished before reports existed gets its report on the next run, its files unchanged. Nothing here is
+    proportional to the corpus: the manifest and the report take the shards' hashes and figures from their
+    receipts (`written_files`, `report_stats`)."""
 
     def check_before_work(self) -> None:
         """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
