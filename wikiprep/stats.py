@@ -135,12 +135,21 @@ def _sparse(counts) -> dict[str, int]:
     return {str(i): int(v) for i, v in enumerate(counts) if v}
 
 
+def compact(part: dict) -> dict:
+    """`part` (a `file_stats`) with its token counts as numpy vectors: 8 bytes an id rather than a Python dict
+    entry's ~120, for a task that holds every shard's at once (256 shards x 2 x 30,522 ids: 0.1 GB, not 2 GB)."""
+    return {**part, **{key: _dense([part[key]], 0) for key in ("token_counts", "masked_token_counts")}}
+
+
 def _dense(hists, size: int):
-    """The sum of `_sparse` count dicts as one vector of at least `size` entries."""
+    """The sum of `_sparse` count dicts (or of count vectors, `compact`) as one vector of at least `size` entries."""
     import numpy as np
 
     total = np.zeros(size, np.int64)
     for hist in hists:
+        if isinstance(hist, np.ndarray):
+            total = _add_counts(total, hist)
+            continue
         if not hist:
             continue
         ids = np.fromiter((int(k) for k in hist), np.int64, len(hist))

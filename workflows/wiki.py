@@ -477,7 +477,8 @@ class PretrainDataset(PretrainTask):
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
-            receipts = [t.receipt() for t in self.input()]
+            # Their report figures dropped as each is read: the report, below, takes them one at a time.
+            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
             dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(), [r["stats"] for r in receipts],
                              self.clone(SentenceShards).stats(), output_format=self.output_format,
                              known_files=written_files(receipts))
@@ -486,12 +487,16 @@ class PretrainDataset(PretrainTask):
             return
         # The shards' figures and hashes from their receipts: no record read, no file hashed here. A shard
         # whose receipt predates report_stats (a dataset finished before) is read here, that shard alone.
-        receipts = [t.receipt() for t in self.input()]
-        read_back = {r["file"]: r["report_stats"] for r in receipts if "report_stats" in r}
-        self.set_status_message(f"the report, from {len(read_back)} of {len(receipts)} shard receipts")
+        read_back, hashes = {}, []
+        for target in self.input():  # one receipt at a time: each holds up to ~1 MB of token counts
+            receipt = target.receipt()
+            if "report_stats" in receipt:
+                read_back[receipt["file"]] = record_stats.compact(receipt.pop("report_stats"))
+            hashes.append(receipt)
+        self.set_status_message(f"the report, from {len(read_back)} of {len(hashes)} shard receipts")
         commit_report(self.dataset_dir, lambda out: record_stats.write_report(
             self.dataset_dir, out, name=self.dataset_dir.name, read_back=read_back,
-            known_files=written_files(receipts)))
+            known_files=written_files(hashes)))
 
 
 def written_files(shard_receipts: list[dict]) -> dict[str, dict]:
