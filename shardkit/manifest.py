@@ -134,31 +134,39 @@ def read_manifest(folder: str | Path) -> dict:
     return manifest
 
 
-def _check_listed_file(folder: Path, entry: dict) -> None:
-    """Raise PrepError unless the file of one manifest entry is in the folder with its size and sha256."""
+def _check_listed_file(folder: Path, known_files: dict[str, dict], entry: dict) -> None:
+    """Raise PrepError unless the file of one manifest entry is in the folder with its size and sha256 (the
+    one in `known_files` when it names the file, else its bytes hashed now)."""
     p = folder / entry["path"]
     if not p.resolve().is_relative_to(folder.resolve()):
         raise PrepError(f"{p}: a link out of the dataset folder (to {p.resolve()})")
     if not p.is_file():
         raise PrepError(f"{p}: listed in {MANIFEST} but missing")
-    if p.stat().st_size != entry["size"] or sha256_file(p) != entry["sha256"]:
+    known = known_files.get(entry["path"])
+    if known is not None and known["size"] != p.stat().st_size:
+        known = None  # not the file its writer hashed: read it
+    digest = known["sha256"] if known is not None else None
+    if p.stat().st_size != entry["size"] or (digest or sha256_file(p)) != entry["sha256"]:
         raise PrepError(f"{p}: checksum differs from {MANIFEST}")
 
 
 def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], Iterable] = map, *,
-                   temporaries: bool = True) -> dict:
+                   temporaries: bool = True, known_files: dict[str, dict] | None = None) -> dict:
     """Check `folder` against its MANIFEST.json; raise PrepError naming the first problem.
 
     Every listed file exists with its size and sha256, and every data file of the folder is listed.
     `file_map` hashes the listed files: `map`, or a `shardkit.pool.file_map` of worker processes
     (the same first problem, in manifest order). `temporaries` False passes over unlisted temporaries
     (`NAME.tmp-HOST-PID`): what a report checks, whose words must not depend on a writer at work
-    beside it (a duplicate run's, a live writer's); `verify` names them.
+    beside it (a duplicate run's, a live writer's); `verify` names them. `known_files` ({path: {"sha256",
+    "size"}}, as `build_manifest`'s) gives the sha256 of files their writers hashed: those are compared with
+    the manifest, and their sizes with the files now, without reading them (the report of a finished dataset
+    inside its closing task); `verify` gives none, and reads every byte.
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
     listed = {e["path"] for e in manifest["files"]}
-    for _ in file_map(functools.partial(_check_listed_file, folder), manifest["files"]):
+    for _ in file_map(functools.partial(_check_listed_file, folder, known_files or {}), manifest["files"]):
         pass
     for p in sorted(folder.rglob("*")):
         if _is_data_file(folder, p) and p.relative_to(folder).as_posix() not in listed:

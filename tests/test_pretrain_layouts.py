@@ -114,6 +114,19 @@ def test_verify_passes_on_both_new_folders(made):
         assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_each_task_report_is_what_wikiprep_stats_writes(made, tmp_path):
+    """Each task made its report from its shards' receipts (each shard read back by its own writer, in its
+    layout): the same bytes as `wikiprep stats` reading every record, run where it names the folder alike."""
+    for name in RUNS:
+        out = tmp_path / name
+        r = subprocess.run([str(Path(sys.executable).with_name("wikiprep")), "stats", name, "--out", str(out)],
+                           cwd=made[name].parent, capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert {p.name: p.read_bytes() for p in (made[name] / "report").iterdir()} == \
+            {p.name: p.read_bytes() for p in out.iterdir()}, name
+
+
 def test_a_rerun_with_other_values_never_returns_another_folders_data(made):
     before = {name: tree(made[name]) for name in RUNS}
     # The remask folder holds fixed-mask-count instances: asking for them again is complete, nothing runs.

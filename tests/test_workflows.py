@@ -103,6 +103,26 @@ def test_demo_builds_every_output(demo):
         assert (folder / ".receipts" / "report.json").is_file()
         assert not [f for f in json.loads((folder / "MANIFEST.json").read_text())["files"]
                     if f["path"].startswith("report")]
+    # The task made the BERT report from its shards' receipts, without reading a record: the same bytes as
+    # `wikiprep stats`, which reads every record and hashes every file.
+    assert all("report_stats" in json.loads((dataset / ".receipts" / f"{p.name}.json").read_text()) for p in shards)
+    assert _same_report_as_wikiprep_stats(dataset)
+
+
+def _same_report_as_wikiprep_stats(dataset: Path) -> bool:
+    """The task's report inside `dataset` is the bytes `wikiprep stats` writes for it, file by file (run from the
+    folder's parent, so that it names the folder as the task does: by its name)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report"
+        r = subprocess.run([str(Path(sys.executable).with_name("wikiprep")), "stats", dataset.name, "--out", str(out)],
+                           cwd=dataset.parent, capture_output=True, text=True,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert json.loads((out / "stats.json").read_text())["manifest"]["ok"]
+        return {p.name: p.read_bytes() for p in (dataset / "report").iterdir()} == \
+            {p.name: p.read_bytes() for p in out.iterdir()}
 
 
 def test_same_bytes_whatever_the_worker_count(demo, tmp_path):
@@ -148,6 +168,11 @@ def test_rerun_after_losing_outputs_gives_identical_files(demo, tmp_path):
     # host that died mid-write and a temporary of another host: its writer may still run, so the shard's
     # own task leaves it, and the finalize, which runs once every shard is committed, removes it.
     (dataset / ".receipts" / "wiki_00002.tfrecord.json").unlink()
+    # A shard whose receipt was written before receipts held the report's figures: the report reads it instead.
+    old_receipt = dataset / ".receipts" / "wiki_00001.tfrecord.json"
+    receipt = json.loads(old_receipt.read_text())
+    del receipt["report_stats"]
+    old_receipt.write_text(json.dumps(receipt))
     (dataset / ".receipts" / "MANIFEST.json.json").unlink()
     (dataset / "MANIFEST.json").unlink()
     dead_pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
@@ -167,6 +192,7 @@ def test_rerun_after_losing_outputs_gives_identical_files(demo, tmp_path):
     assert (dataset / ".receipts" / "wiki_00002.tfrecord.json").is_file()
     assert [p.name for p in dataset.glob("*.tmp-*")] == []
     assert _tree_digest(dataset / "report") == report and (dataset / ".receipts" / "report.json").is_file()
+    assert "report_stats" not in json.loads(old_receipt.read_text())  # complete: not run again
 
 
 @pytest.mark.parametrize("change, expected", [

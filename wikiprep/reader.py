@@ -123,6 +123,23 @@ def open_records(path: str | Path) -> RecordFiles:
     return RecordFiles(path, kind, files, dims, description)
 
 
+def dataset_file(path: str | Path) -> RecordFiles:
+    """One record file of a dataset folder, read as `open_records(folder)` reads it, from the folder's
+    dataset.json alone (its dimensions, its layout): what the writer of a shard reads its own shard back
+    with, the other shards written or not, an empty shard as well. PrepError when the folder has no dataset.json."""
+    path = Path(path)
+    description = _description(path.parent)
+    try:
+        dims = {name: int(description[name]) for name in BERT_INSTANCE.dimensions}
+    except (KeyError, TypeError, ValueError):
+        raise PrepError(f"{path.parent / 'dataset.json'}: missing or without the dataset's dimensions") from None
+    if hdf5.is_hdf5_path(path):
+        kind = HDF5
+    else:
+        kind = REMASK if description.get("layout") == remask.REMASK else TFRECORD
+    return RecordFiles(path, kind, [path], dims, description)
+
+
 def count_records(records: RecordFiles, path: Path) -> int:
     """Instances in one file of `records`, without parsing them: HDF5's row count, or the TFRecord framing."""
     if records.kind == HDF5:

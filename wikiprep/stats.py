@@ -1,7 +1,9 @@
 """Counts and histograms of a folder of BERT records: `dataset_stats`, its text and HTML reports, `write_report`.
 
-Every record is read as a trainer reads it (through `reader.batches`: TensorFlow for TFRecords in
-either layout, h5py for NVIDIA's HDF5 files), so the figures describe what a trainer gets.
+Every record is read as a trainer reads it (through `reader.file_batches`: TensorFlow for TFRecords in
+either layout, h5py for NVIDIA's HDF5 files), so the figures describe what a trainer gets. Each file is
+read alone (`file_stats`, a small dict) and the files' figures merged in file order: a shard's writer
+can read back its own shard, and the task closing the dataset only add them up.
 `write_report` writes stats.json (every figure), report.txt, one PNG per plot and report.html,
 the page that shows them with their tables (`shardkit.report`). Nothing in them depends on where
 the folder is (it is named by `name`) or on when the report was made, so the report of a dataset
@@ -23,7 +25,7 @@ from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, check_manifest
 from shardkit.progress import Progress, Stage, throttle
 
-from .reader import KIND_NAMES, batches, open_records
+from .reader import KIND_NAMES, RecordFiles, file_batches, open_records
 from .schema import PRED, SEQ
 from .tokenization import CLS, PAD, SEP, UNK, Vocab
 
@@ -33,21 +35,63 @@ TOP_TOKENS = 30       # the commonest tokens and masked tokens listed
 SHOWN_INSTANCES = 5   # decoded in the report
 
 
-def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name: str | None = None) -> dict:
+def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name: str | None = None,
+                  read_back: dict[str, dict] | None = None, known_files: dict[str, dict] | None = None) -> dict:
     """Counts and histograms of every record of a folder of BERT records (or of one record file), in any layout.
 
+    The figures of each file (`file_stats`) merged in file order (`merge_file_stats`). `read_back`
+    ({file name: its `file_stats`}) gives the figures of files their writers already read back, which are
+    not read again (a file whose size is not the one recorded is); `known_files` ({name: {"sha256",
+    "size"}}) the hashes the writers took, which MANIFEST.json is checked against instead of hashing those
+    files again (`_manifest_status`). With both, the task that closes a dataset of hundreds of GB makes
+    its report without reading a record; the same figures, so the same report, as reading them all.
     `progress(done, total)` counts the record files read. `name` is what the report calls the folder
     (default: the path as given); the task that keeps the report inside the dataset gives the folder's
     own name, so no machine's path is written there.
     """
-    import numpy as np
-
     folder = Path(folder)
     found = open_records(folder)
-    files, dims = found.files, found.dims
-    seq, max_pred = dims[SEQ], dims[PRED]
+    files = found.files
     vocab_path = (folder if folder.is_dir() else folder.parent) / "vocab.txt"
     vocab = Vocab(vocab_path) if vocab_path.is_file() else None
+    read_back = read_back or {}
+    stage = Stage(log, f"stats {folder}")
+    progress = throttle(progress)
+    parts = []
+    for i, path in enumerate(files):
+        part = read_back.get(path.name)
+        if part is None or part["bytes"] != path.stat().st_size:
+            if progress is not None:
+                progress(i, len(files))
+            part = file_stats(found, path, vocab)
+        parts.append(part)
+    records = sum(part["records"] for part in parts)
+    if records == 0:
+        raise PrepError(f"{folder}: the record files hold no records")
+    if progress is not None:
+        progress(len(files), len(files))
+    stage.finish(records, "records", sum(part["bytes"] for part in parts))
+    st = merge_file_stats(parts, found, vocab)
+    shown = st.pop("instances")  # last, after the folder's own figures
+    return {"folder": name if name is not None else str(folder), **st,
+            "vocab": _vocab_status(vocab_path, found.description),
+            "manifest": _manifest_status(folder, {part["file"]: part["records"] for part in parts}, name,
+                                         known_files),
+            "instances": shown}
+
+
+def file_stats(found: RecordFiles, path: Path, vocab: Vocab | None) -> dict:
+    """The figures of one record file of `found`, as a small JSON-able dict that `merge_file_stats` adds up.
+
+    Histograms ({value: count}, nonzero only), the totals, the token and masked-token counts per vocabulary
+    id ({id: count}, nonzero only: exact top tokens after merging need every id's count, and this is
+    bounded by the vocabulary, 30,522 ids for BERT's, whatever the file's size), and the file's first
+    SHOWN_INSTANCES instances decoded (of every file, so the merge shows the same ones when the first
+    files hold fewer). One file alone: a shard's writer reads back its own shard, in parallel with the others.
+    """
+    import numpy as np
+
+    seq, max_pred = found.dims[SEQ], found.dims[PRED]
     unk_id = vocab.unk_id if vocab is not None else None
     lengths = np.zeros(seq + 1, np.int64)
     a_lengths = np.zeros(seq + 1, np.int64)
@@ -55,16 +99,9 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
     masked = np.zeros(max_pred + 1, np.int64)
     token_counts = np.zeros(0, np.int64)
     masked_token_counts = np.zeros(0, np.int64)
-    per_file = {p: 0 for p in files}
-    random_per_file = {p: 0 for p in files}
     random_next = tokens = unk = 0
     shown: list[dict] = []
-    stage = Stage(log, f"stats {folder}")
-    progress, reading = throttle(progress), None
-    for path, b in batches(found):
-        if path != reading and progress is not None:  # a new file: the ones before it are read
-            progress(files.index(path), len(files))
-        reading = path
+    for b in file_batches(found, path):
         real = b["input_mask"] == 1
         n_real = real.sum(axis=1)
         k = (b["masked_lm_weights"] > 0).sum(axis=1)
@@ -74,10 +111,7 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
         seg_b = (real & (b["segment_ids"] == 1)).sum(axis=1)
         a_lengths += np.bincount(np.clip(n_real - seg_b - 2, 0, seq), minlength=seq + 1)[:seq + 1]
         b_lengths += np.bincount(np.clip(seg_b - 1, 0, seq), minlength=seq + 1)[:seq + 1]
-        labels = b["next_sentence_labels"].reshape(-1)
-        random_next += int(labels.sum())
-        random_per_file[path] += int(labels.sum())
-        per_file[path] += len(n_real)
+        random_next += int(b["next_sentence_labels"].reshape(-1).sum())
         tokens += int(n_real.sum())
         original = b["input_ids"].copy()  # undo the masking: the labels are the original tokens
         rows, cols = np.nonzero(b["masked_lm_weights"] > 0)
@@ -88,25 +122,73 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
             unk += int(((original == unk_id) & real).sum())
         for i in range(min(SHOWN_INSTANCES - len(shown), len(n_real))):
             shown.append(_decoded_instance(b, i, len(shown), path.name, vocab))
-    records = int(lengths.sum())
-    if records == 0:
-        raise PrepError(f"{folder}: the record files hold no records")
-    sizes = [p.stat().st_size for p in files]
-    if progress is not None:
-        progress(len(files), len(files))
-    stage.finish(records, "records", sum(sizes))
+    return {"file": path.name, "records": int(lengths.sum()), "bytes": path.stat().st_size,
+            "random_next": random_next, "tokens": tokens, "unk_tokens": unk if unk_id is not None else None,
+            "sequence_length_histogram": _sparse(lengths), "segment_a_length_histogram": _sparse(a_lengths),
+            "segment_b_length_histogram": _sparse(b_lengths), "masked_count_histogram": _sparse(masked),
+            "token_counts": _sparse(token_counts), "masked_token_counts": _sparse(masked_token_counts),
+            "instances": shown}
+
+
+def _sparse(counts) -> dict[str, int]:
+    """{index: count} of the nonzero entries of a count vector, in index order (JSON keys are strings)."""
+    return {str(i): int(v) for i, v in enumerate(counts) if v}
+
+
+def compact(part: dict) -> dict:
+    """`part` (a `file_stats`) with its token counts as numpy vectors: 8 bytes an id rather than a Python dict
+    entry's ~120, for a task that holds every shard's at once (256 shards x 2 x 30,522 ids: 0.1 GB, not 2 GB)."""
+    return {**part, **{key: _dense([part[key]], 0) for key in ("token_counts", "masked_token_counts")}}
+
+
+def _dense(hists, size: int):
+    """The sum of `_sparse` count dicts (or of count vectors, `compact`) as one vector of at least `size` entries."""
+    import numpy as np
+
+    total = np.zeros(size, np.int64)
+    for hist in hists:
+        if isinstance(hist, np.ndarray):
+            total = _add_counts(total, hist)
+            continue
+        if not hist:
+            continue
+        ids = np.fromiter((int(k) for k in hist), np.int64, len(hist))
+        if ids.max() >= len(total):
+            total = np.concatenate([total, np.zeros(int(ids.max()) + 1 - len(total), np.int64)])
+        np.add.at(total, ids, np.fromiter(hist.values(), np.int64, len(hist)))
+    return total
+
+
+def merge_file_stats(parts: list[dict], found: RecordFiles, vocab: Vocab | None) -> dict:
+    """The figures of a dataset from its files' `file_stats`, in file order: what `dataset_stats` returns but
+    its folder name, vocabulary and manifest status (which are not figures of the records)."""
+    import numpy as np
+
+    seq, max_pred = found.dims[SEQ], found.dims[PRED]
+    lengths = _dense((p["sequence_length_histogram"] for p in parts), seq + 1)
+    a_lengths = _dense((p["segment_a_length_histogram"] for p in parts), seq + 1)
+    b_lengths = _dense((p["segment_b_length_histogram"] for p in parts), seq + 1)
+    masked = _dense((p["masked_count_histogram"] for p in parts), max_pred + 1)
+    token_counts = _dense((p["token_counts"] for p in parts), 0)
+    masked_token_counts = _dense((p["masked_token_counts"] for p in parts), 0)
+    records = sum(p["records"] for p in parts)
+    tokens = sum(p["tokens"] for p in parts)
+    random_next = sum(p["random_next"] for p in parts)
+    unk_id = vocab.unk_id if vocab is not None else None
+    unk = sum(p["unk_tokens"] or 0 for p in parts)
+    shown = [{**inst, "instance": number}
+             for number, inst in enumerate(inst for p in parts for inst in p["instances"])][:SHOWN_INSTANCES]
+    sizes = [p["bytes"] for p in parts]
     mean = sum(sizes) / len(sizes)
     special = {vocab.ids[t] for t in (CLS, SEP, PAD) if t in vocab.ids} if vocab is not None else set()
     masks_total = int((masked * np.arange(max_pred + 1)).sum())
     return {
-        "folder": name if name is not None else str(folder),
         "format": found.kind,
         "max_seq_length": seq,
         "max_predictions_per_seq": max_pred,
-        "files": [{"file": p.name, "records": per_file[p], "bytes": p.stat().st_size,
-                   "random_next": random_per_file[p],
-                   "random_next_fraction": random_per_file[p] / per_file[p] if per_file[p] else None}
-                  for p in files],
+        "files": [{"file": p["file"], "records": p["records"], "bytes": p["bytes"], "random_next": p["random_next"],
+                   "random_next_fraction": p["random_next"] / p["records"] if p["records"] else None}
+                  for p in parts],
         "records": records,
         "tokens": tokens,
         "mean_length": tokens / records,
@@ -118,12 +200,12 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
         "mean_masks": masks_total / records,
         "masks_at_max": int(masked[max_pred]),
         "masks_at_max_fraction": float(masked[max_pred]) / records,
-        "sequence_length_histogram": {str(i): int(v) for i, v in enumerate(lengths) if v},
-        "segment_a_length_histogram": {str(i): int(v) for i, v in enumerate(a_lengths) if v},
-        "segment_b_length_histogram": {str(i): int(v) for i, v in enumerate(b_lengths) if v},
+        "sequence_length_histogram": _sparse(lengths),
+        "segment_a_length_histogram": _sparse(a_lengths),
+        "segment_b_length_histogram": _sparse(b_lengths),
         "mean_segment_a_length": float((a_lengths * np.arange(seq + 1)).sum()) / records,
         "mean_segment_b_length": float((b_lengths * np.arange(seq + 1)).sum()) / records,
-        "masked_count_histogram": {str(i): int(v) for i, v in enumerate(masked) if v},
+        "masked_count_histogram": _sparse(masked),
         "top_tokens": _top(token_counts, vocab, skip=special),
         "top_masked_tokens": _top(masked_token_counts, vocab),
         "unk_rate": (unk / (tokens - 3 * records)) if unk_id is not None and tokens > 3 * records else None,
@@ -133,8 +215,6 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
                            "std": math.sqrt(sum((s - mean) ** 2 for s in sizes) / len(sizes)),
                            "total": sum(sizes)},
         "parameters": found.description,
-        "vocab": _vocab_status(vocab_path, found.description),
-        "manifest": _manifest_status(folder, {p.name: per_file[p] for p in files}, name),
         "instances": shown,
     }
 
@@ -198,14 +278,16 @@ def _vocab_status(vocab_path: Path, description: dict) -> dict:
             "matches_dataset": None if named is None else digest == named}
 
 
-def _manifest_status(folder: Path, records: dict[str, int], name: str | None) -> dict:
+def _manifest_status(folder: Path, records: dict[str, int], name: str | None,
+                     known_files: dict[str, dict] | None = None) -> dict:
     """MANIFEST.json checked as `verify` checks it (every listed file's size and sha256, nothing unlisted but
     the temporaries of writers at work), and its record counts against the records read here. The problem, if
-    any, in one line, with the folder written as `name`."""
+    any, in one line, with the folder written as `name`. `known_files` as `check_manifest`'s: the sha256 of
+    those files as their writers took them, their sizes checked now."""
     if not (folder.is_dir() and (folder / MANIFEST).is_file()):
         return {"present": False, "verified": False, "ok": None, "problem": None}
     try:
-        manifest = check_manifest(folder, temporaries=False)
+        manifest = check_manifest(folder, temporaries=False, known_files=known_files)
         listed = {e["path"]: e.get("records") for e in manifest["files"]}
         for file, n in records.items():
             if listed.get(file) is not None and listed[file] != n:
@@ -536,9 +618,11 @@ def _zip_buckets(a: dict[str, int], b: dict[str, int], seq: int):
 
 
 def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False, name: str | None = None,
-                 progress: Progress | None = None) -> str:
+                 progress: Progress | None = None, read_back: dict[str, dict] | None = None,
+                 known_files: dict[str, dict] | None = None) -> str:
     """Commit the report of the dataset in `folder` to `out`: stats.json, report.txt, every plot as a PNG and
-    report.html; returns the report's text. `name`: what the report calls the folder (`dataset_stats`);
+    report.html; returns the report's text. `name`: what the report calls the folder; `read_back` and
+    `known_files`: what the writers of its files already know (all three as `dataset_stats`'s);
     `progress(done, total)` counts the record files read.
 
     `overwrite` replaces a report already there (the command line); without it an existing one is
@@ -547,7 +631,7 @@ def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False
     folder, out = Path(folder), Path(out)
     if out.resolve() == folder.resolve():
         raise PrepError(f"--out {out}: choose a report folder other than the dataset itself")
-    st = dataset_stats(folder, progress, name=name)
+    st = dataset_stats(folder, progress, name=name, read_back=read_back, known_files=known_files)
     html_text, rep = report_html(st)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "stats.json", st, overwrite=overwrite)

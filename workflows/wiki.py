@@ -22,9 +22,11 @@ from luigi.util import inherits, requires
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
                              write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
-from wikiprep import dataset, download, extract, instances, remask, sentences, stats, vocab
+from wikiprep import dataset, download, extract, instances, reader, remask, sentences, vocab
+from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
 from wikiprep.options import GenerationOptions
 from wikiprep.schema import PAD_POSITION_VALUE
+from wikiprep.tokenization import Vocab
 
 from .base import (BoolParameter, ChoiceParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget,
                    commit_report, report_target)
@@ -445,13 +447,19 @@ class PretrainShard(PretrainTask):
         index = dataset.shard_index(out)
         written = {} if index is None else \
             {"index": {"file": index.name, "size": index.stat().st_size, "sha256": sha256_file(index)}}
-        write_receipt(out, seed=seed, stats=stats, **written)
+        # The report's figures of this shard, read back here, in parallel with the other shards, so that
+        # PretrainDataset's report only adds them up (wikiprep.stats.file_stats: a few hundred kB at most).
+        self.set_status_message(f"reading {out.name} back for the report")
+        report_stats = record_stats.file_stats(reader.dataset_file(out), out, Vocab(self.vocab_path()))
+        write_receipt(out, seed=seed, stats=stats, report_stats=report_stats, **written)
 
 
 class PretrainDataset(PretrainTask):
     """Every shard, then vocab.txt, stats.json and MANIFEST.json, then the report (`report/`: report.html, its
     plots and figures, outside the manifest): complete when both MANIFEST.json and the report are. A dataset
-    finished before reports existed gets its report on the next run, its files unchanged."""
+    finished before reports existed gets its report on the next run, its files unchanged. Nothing here is
+    proportional to the corpus: the manifest and the report take the shards' hashes and figures from their
+    receipts (`written_files`, `report_stats`)."""
 
     def check_before_work(self) -> None:
         """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
@@ -469,16 +477,26 @@ class PretrainDataset(PretrainTask):
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
-            receipts = [t.receipt() for t in self.input()]
+            # Their report figures dropped as each is read: the report, below, takes them one at a time.
+            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
             dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(), [r["stats"] for r in receipts],
                              self.clone(SentenceShards).stats(), output_format=self.output_format,
                              known_files=written_files(receipts))
             write_receipt(manifest.path)
         if self.output()["report"].exists():  # only the manifest was missing: the report stands
             return
-        self.set_status_message("reading every record for the report")
-        commit_report(self.dataset_dir, lambda out: stats.write_report(self.dataset_dir, out,
-                                                                         name=self.dataset_dir.name))
+        # The shards' figures and hashes from their receipts: no record read, no file hashed here. A shard
+        # whose receipt predates report_stats (a dataset finished before) is read here, that shard alone.
+        read_back, hashes = {}, []
+        for target in self.input():  # one receipt at a time: each holds up to ~1 MB of token counts
+            receipt = target.receipt()
+            if "report_stats" in receipt:
+                read_back[receipt["file"]] = record_stats.compact(receipt.pop("report_stats"))
+            hashes.append(receipt)
+        self.set_status_message(f"the report, from {len(read_back)} of {len(hashes)} shard receipts")
+        commit_report(self.dataset_dir, lambda out: record_stats.write_report(
+            self.dataset_dir, out, name=self.dataset_dir.name, read_back=read_back,
+            known_files=written_files(hashes)))
 
 
 def written_files(shard_receipts: list[dict]) -> dict[str, dict]:
