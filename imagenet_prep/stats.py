@@ -20,7 +20,7 @@ from pathlib import Path
 
 from shardkit.atomic import write_json, write_text
 from shardkit.errors import PrepError
-from shardkit.manifest import MANIFEST, check_manifest
+from shardkit.manifest import MANIFEST, manifest_status, status_words
 from shardkit.plots import figure
 from shardkit.progress import Progress, Stage, throttle
 from shardkit.report import Html, Report, details, facts, page, paragraph, section, status, table
@@ -127,7 +127,7 @@ def folder_stats(folder: Path, synsets_file=None, *, name: str | None = None,
                                **{split: per_class[split][i] for split in per_class}}
                               for i, w in enumerate(synsets, 1)]
     report.update(_manifest_lists(folder))
-    report["manifest"] = _manifest_status(folder, shard_records, name)
+    report["manifest"] = manifest_status(folder, shard_records, name)
     if progress is not None:
         progress(shards_total, shards_total)
     stage.finish(sum(st["records"] for st in report["splits"].values()), "records",
@@ -194,32 +194,6 @@ def _manifest_lists(folder: Path) -> dict:
     return out
 
 
-def _manifest_status(folder: Path, shard_records: dict[str, int], name: str | None) -> dict:
-    """MANIFEST.json checked as `verify` checks it (sizes, sha256, nothing unlisted but the temporaries of
-    writers at work), and its record counts against the records read here; the problem, if any, with the
-    folder written as `name`."""
-    if not (folder / MANIFEST).is_file():
-        return {"present": False, "verified": False, "ok": None, "problem": None}
-    try:
-        manifest = check_manifest(folder, temporaries=False)
-        listed = {e["path"]: e.get("records") for e in manifest["files"]}
-        for shard, n in shard_records.items():
-            if listed.get(shard) != n:
-                raise PrepError(f"{folder / shard}: {n} records, {MANIFEST} says {listed.get(shard)}")
-        return {"present": True, "verified": True, "ok": True, "problem": None, "files": len(manifest["files"])}
-    except PrepError as e:
-        problem = str(e) if name is None else str(e).replace(str(folder), name)
-        return {"present": True, "verified": True, "ok": False, "problem": problem}
-
-
-def _manifest_words(manifest: dict) -> str:
-    if not manifest.get("present"):
-        return "none in the folder: records read, checksums not checked"
-    if manifest.get("ok"):
-        return f"verified: every one of its {manifest['files']} files matches (size, sha256, records)"
-    return f"does NOT match: {manifest['problem']}"
-
-
 def stats_report_text(report: dict) -> str:
     """The report as text: one paragraph per split (what report.txt holds and the command prints)."""
     lines = [f"ImageNet dataset {report['folder']}"]
@@ -240,7 +214,7 @@ def stats_report_text(report: dict) -> str:
     if "manifest" in report:
         lines += ["", f"re-encoded       {len(report['converted'])}" + _reasons(report["converted_by_reason"]),
                   f"left out         {len(report['left_out'])}" + _reasons(report["left_out_by_reason"]),
-                  f"MANIFEST.json    {_manifest_words(report['manifest'])}"]
+                  f"MANIFEST.json    {status_words(report['manifest'])}"]
     return "\n".join(lines) + "\n"
 
 
@@ -378,7 +352,7 @@ def report_html(report: dict, seen: dict) -> tuple[str, Report]:
           sum(1 for e in report["converted"] if str(e.get("file", "")).startswith(split + "/")),
           sum(1 for e in report["left_out"] if str(e.get("file", "")).startswith(split + "/")),
           f"{st['boxes']:,} on {st['images_with_boxes']:,} images"] for split, st in splits.items()]),
-        facts([("MANIFEST.json", status(manifest.get("ok"), _manifest_words(manifest)))]))
+        facts([("MANIFEST.json", status(manifest.get("ok"), status_words(manifest)))]))
     class_rows = [[c["label"], c["synset"], c["name"], *[c[s] for s in splits]] for c in report["class_counts"]]
     classes = section(
         "Images per class",

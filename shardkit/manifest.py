@@ -177,3 +177,40 @@ def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], 
             why = "a temporary left by an interrupted run" if temporary else "a file the dataset did not write"
             raise PrepError(f"{p}: not listed in {MANIFEST} ({why}); remove it, or move it elsewhere")
     return manifest
+
+
+def manifest_status(folder: Path, records: dict[str, int], name: str | None = None,
+                    known_files: dict[str, dict] | None = None) -> dict:
+    """What a report says of a folder's MANIFEST.json: checked as `verify` checks it (every listed file's size and
+    sha256, nothing unlisted but the temporaries of writers at work), its record counts against `records` (file ->
+    records read), the problem, if any, in one line with the folder written as `name`.
+
+    `known_files` as `check_manifest`'s: the sha256 those files' writers took. The status then says
+    `"verified": False`: their sizes and record counts were checked, their bytes were not hashed again (the
+    finalize task of a large dataset must not read it whole; `verify` does).
+    """
+    if not (folder.is_dir() and (folder / MANIFEST).is_file()):
+        return {"present": False, "verified": False, "ok": None, "problem": None}
+    hashed = not known_files
+    try:
+        manifest = check_manifest(folder, temporaries=False, known_files=known_files)
+        listed = {e["path"]: e.get("records") for e in manifest["files"]}
+        for file, n in records.items():
+            if listed.get(file) is not None and listed[file] != n:
+                raise PrepError(f"{folder / file}: {n} records but {MANIFEST} says {listed[file]}")
+        return {"present": True, "verified": hashed, "ok": True, "problem": None, "files": len(manifest["files"])}
+    except PrepError as e:
+        problem = str(e) if name is None else str(e).replace(str(folder), name)
+        return {"present": True, "verified": hashed, "ok": False, "problem": problem}
+
+
+def status_words(status: dict) -> str:
+    """`manifest_status` in words, for a report: what was checked, and no more."""
+    if not status.get("present"):
+        return "none in the folder: records read, checksums not checked"
+    if not status.get("ok"):
+        return f"does NOT match: {status['problem']}"
+    if status.get("verified"):
+        return f"verified: every one of its {status['files']} files matches (size, sha256, records)"
+    return (f"matches: the sizes and record counts of its {status['files']} files checked, their sha256 taken by "
+            f"their writers as they wrote them (verify hashes every byte again)")

@@ -19,6 +19,7 @@ from shardkit.errors import PrepError
 from shardkit.example import decode_example
 from shardkit.records import read_records
 from testkit.instances import assert_hdf5_holds_records
+from testkit.reports import as_hashed
 from wikiprep import dataset, reader
 from wikiprep.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI
@@ -123,8 +124,7 @@ def test_each_task_report_is_what_wikiprep_stats_writes(made, tmp_path):
                            cwd=made[name].parent, capture_output=True, text=True, timeout=300,
                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
         assert r.returncode == 0, r.stdout + r.stderr
-        assert {p.name: p.read_bytes() for p in (made[name] / "report").iterdir()} == \
-            {p.name: p.read_bytes() for p in out.iterdir()}, name
+        assert as_hashed(made[name] / "report") == {p.name: p.read_bytes() for p in out.iterdir()}, name
 
 
 def test_a_rerun_with_other_values_never_returns_another_folders_data(made):

@@ -22,7 +22,7 @@ from shardkit.plots import figure
 from shardkit.report import Html, Report, details, facts, page, paragraph, row, section, status, table, tag
 from shardkit.atomic import sha256_file, write_json, write_text
 from shardkit.errors import PrepError
-from shardkit.manifest import MANIFEST, check_manifest
+from shardkit.manifest import manifest_status, status_words
 from shardkit.progress import Progress, Stage, throttle
 
 from .reader import KIND_NAMES, RecordFiles, file_batches, open_records
@@ -75,7 +75,7 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
     shown = st.pop("instances")  # last, after the folder's own figures
     return {"folder": name if name is not None else str(folder), **st,
             "vocab": _vocab_status(vocab_path, found.description),
-            "manifest": _manifest_status(folder, {part["file"]: part["records"] for part in parts}, name,
+            "manifest": manifest_status(folder, {part["file"]: part["records"] for part in parts}, name,
                                          known_files),
             "instances": shown}
 
@@ -278,26 +278,6 @@ def _vocab_status(vocab_path: Path, description: dict) -> dict:
             "matches_dataset": None if named is None else digest == named}
 
 
-def _manifest_status(folder: Path, records: dict[str, int], name: str | None,
-                     known_files: dict[str, dict] | None = None) -> dict:
-    """MANIFEST.json checked as `verify` checks it (every listed file's size and sha256, nothing unlisted but
-    the temporaries of writers at work), and its record counts against the records read here. The problem, if
-    any, in one line, with the folder written as `name`. `known_files` as `check_manifest`'s: the sha256 of
-    those files as their writers took them, their sizes checked now."""
-    if not (folder.is_dir() and (folder / MANIFEST).is_file()):
-        return {"present": False, "verified": False, "ok": None, "problem": None}
-    try:
-        manifest = check_manifest(folder, temporaries=False, known_files=known_files)
-        listed = {e["path"]: e.get("records") for e in manifest["files"]}
-        for file, n in records.items():
-            if listed.get(file) is not None and listed[file] != n:
-                raise PrepError(f"{folder / file}: {n} records but {MANIFEST} says {listed[file]}")
-        return {"present": True, "verified": True, "ok": True, "problem": None, "files": len(manifest["files"])}
-    except PrepError as e:
-        problem = str(e) if name is None else str(e).replace(str(folder), name)
-        return {"present": True, "verified": True, "ok": False, "problem": problem}
-
-
 def _histogram_text(hist: dict[str, int], total: int, width: int = 40) -> list[str]:
     if not hist:
         return []
@@ -341,7 +321,7 @@ def stats_report_text(st: dict) -> str:
         f"bytes per file      min {b['min']} max {b['max']} mean {b['mean']:.0f} std {b['std']:.0f} "
         f"total {b['total']}",
         "vocab.txt           " + (st["vocab"]["sha256"] or "none beside the records"),
-        f"MANIFEST.json       {_manifest_words(manifest)}",
+        f"MANIFEST.json       {status_words(manifest)}",
         "",
         "sequence length (real tokens incl. [CLS]/[SEP]):",
         *_histogram_text(_length_buckets(st["sequence_length_histogram"], st["max_seq_length"]), st["records"]),
@@ -357,14 +337,6 @@ def stats_report_text(st: dict) -> str:
         "commonest masked tokens: " + " ".join(_token_name(t) for t in st["top_masked_tokens"][:15]),
     ]
     return "\n".join(lines) + "\n"
-
-
-def _manifest_words(manifest: dict) -> str:
-    if not manifest.get("present"):
-        return "none (records checked only by reading them)"
-    if manifest.get("ok"):
-        return f"verified: every one of its {manifest['files']} files matches (size, sha256, records)"
-    return f"does NOT match: {manifest['problem']}"
 
 
 def _token_name(t: dict) -> str:
@@ -520,7 +492,7 @@ def report_html(st: dict) -> tuple[str, Report]:
         ("[UNK] rate", "no vocab.txt beside the records" if st["unk_rate"] is None
          else f"{100 * st['unk_rate']:.4f}% ({st['unk_tokens']:,} tokens, of the real tokens but [CLS]/[SEP])"),
         ("bytes", f"{st['bytes_per_file']['total']:,} in {len(st['files'])} files"),
-        ("MANIFEST.json", status(manifest.get("ok"), _manifest_words(manifest))),
+        ("MANIFEST.json", status(manifest.get("ok"), status_words(manifest))),
     ]))
     params = st["parameters"]
     dataset = section(
@@ -536,7 +508,7 @@ def report_html(st: dict) -> tuple[str, Report]:
                ("vocab is the dataset's", "—" if vocab["matches_dataset"] is None else
                 status(vocab["matches_dataset"], "yes: dataset.json names this sha256" if vocab["matches_dataset"]
                        else "NO: dataset.json names another vocab_sha256")),
-               ("MANIFEST.json", status(manifest.get("ok"), _manifest_words(manifest)))]))
+               ("MANIFEST.json", status(manifest.get("ok"), status_words(manifest)))]))
     lengths = section(
         "Real tokens per instance",
         plots["lengths"],
