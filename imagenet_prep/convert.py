@@ -86,9 +86,10 @@ def _is_image_name(name: str) -> bool:
     return name.lower().endswith(IMAGE_SUFFIXES)
 
 
-def _list_dir(root: Path) -> tuple[list[str], set[str], dict[str, int]]:
+def _list_dir(root: Path, listed: Callable[[int], None] | None = None) -> tuple[list[str], set[str], dict[str, int]]:
     """(relative paths of files one and two levels down, top-level folder names, {file: size}); hidden names
-    skipped. Nested folders are listed as `<top>/<name>/`, without a size."""
+    skipped. Nested folders are listed as `<top>/<name>/`, without a size. `listed(n)` is told of each
+    top-level folder's n entries once they are listed (1.3 million files take minutes on a network file system)."""
     files, dirs, sizes = [], set(), {}
 
     def size(entry: os.DirEntry) -> int:
@@ -116,6 +117,10 @@ def _list_dir(root: Path) -> tuple[list[str], set[str], dict[str, int]]:
                     else:
                         files.append(rel)
                         sizes[rel] = size(sub)
+            if listed is not None:
+                listed(len(files))
+    if listed is not None:  # files at the top level only (flat validation images)
+        listed(len(files))
     return files, dirs, sizes
 
 
@@ -210,11 +215,13 @@ def _list_inner_tar(where: str, fileobj, size: int) -> list[tuple[str, int, int]
     return out
 
 
-def _open_input(path: str | Path, what: str) -> tuple[dict, list[str], set[str], dict[str, int], dict | None]:
-    """(source description for the plan, file list, top-level folders, {file: size}, tar offsets or None)."""
+def _open_input(path: str | Path, what: str, listed: Callable[[int], None] | None = None
+                ) -> tuple[dict, list[str], set[str], dict[str, int], dict | None]:
+    """(source description for the plan, file list, top-level folders, {file: size}, tar offsets or None);
+    `listed` as `_list_dir`'s."""
     p = Path(path).resolve()
     if p.is_dir():
-        files, dirs, sizes = _list_dir(p)
+        files, dirs, sizes = _list_dir(p, listed)
         return {"kind": "dir", "path": str(p)}, files, dirs, sizes, None
     if p.is_file():
         if not p.name.endswith(".tar"):
@@ -275,10 +282,11 @@ class _Reader:
 # The plan
 
 def _collect_split(split: str, path, synsets: list[str], index_of: dict[str, int],
-                   stem_labels: dict[str, str] | None, labels_path, ignored: list[dict]) -> tuple[dict, dict]:
+                   stem_labels: dict[str, str] | None, labels_path, ignored: list[dict],
+                   listed: Callable[[int], None] | None = None) -> tuple[dict, dict]:
     """One split's plan entry, files in the sorted pre-shuffle order (label, file name), and the identity of
-    its input (`_listing_identity`)."""
-    source, files, dirs, sizes, where = _open_input(path, f"{split} input")
+    its input (`_listing_identity`); `listed` as `_list_dir`'s."""
+    source, files, dirs, sizes, where = _open_input(path, f"{split} input", listed)
     identity = _listing_identity(files, sizes)
     files.sort()  # listing order is the file system's; messages and the ignored list must not depend on it
     root = source["path"]
@@ -355,8 +363,11 @@ def check_parameters(**values: int) -> None:
 
 def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, metadata_file=None,
               bbox_dir=None, train_shards: int = 1024, validation_shards: int = 128, seed: int = 12345,
-              strict: bool = False, verify_decode: bool = False, max_pixels: int = images.MAX_PIXELS) -> dict:
+              strict: bool = False, verify_decode: bool = False, max_pixels: int = images.MAX_PIXELS,
+              progress: Progress | None = None) -> dict:
     """List, label, shuffle and shard the inputs; returns the plan (plain JSON-serializable dict).
+    `progress(done, None)` counts the input files listed (their number is what is being found out), and ends
+    with (n, n) once all n are.
 
     train_dir: `<wnid>/*.JPEG` folders, or ILSVRC2012_img_train.tar. validation_dir: flat images
     with `val_labels` (TF labels .txt, Kaggle LOC_val_solution.csv, devkit ground truth or devkit
@@ -404,6 +415,15 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
         "ignored": [],
         "splits": {},
     }
+    stage = Stage(log, "plan")
+    progress = throttle(progress)
+    listed = [0, 0]  # input files listed: before this split, and so far
+
+    def report(n: int) -> None:
+        listed[1] = listed[0] + n
+        if progress is not None:
+            progress(listed[1], None)
+
     for split, path, shards in (("validation", validation_dir, validation_shards),
                                 ("train", train_dir, train_shards)):
         if path is None:
@@ -417,9 +437,10 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
             else:
                 kind = "folders"
             plan["inputs"]["val_label_source"] = kind
+        listed[0] = listed[1]
         spec, identity[f"{split}_dir"] = _collect_split(split, path, synsets, index_of, stem_labels,
                                                         val_labels if split == "validation" else None,
-                                                        plan["ignored"])
+                                                        plan["ignored"], listed=report)
         if shards > len(spec["files"]):
             raise PrepError(f"{spec['source']['path']}: --{split}-shards {shards} is more than the "
                             f"{len(spec['files'])} {split} images found")
@@ -427,6 +448,9 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
         spec["num_shards"] = shards
         plan["splits"][split] = spec
     plan["ignored"].sort(key=lambda d: d["file"])
+    if progress is not None:
+        progress(listed[1], listed[1])  # every input listed: now the total is known
+    stage.finish(sum(len(spec["files"]) for spec in plan["splits"].values()), "images planned")
     return plan
 
 

@@ -33,7 +33,8 @@ def verify(folder: str | Path, synsets_file=None, decode_all: bool = False, jobs
 
     `jobs` worker processes check shards in parallel (`shardkit.pool.file_map`), each shard whole and
     the results taken in shard order: the totals and the first problem are those of `jobs` 1.
-    `progress(done, total)` counts the bytes of the shards whose records are checked, shard by shard."""
+    `progress(done, total)` counts bytes: of the files MANIFEST.json lists as they are hashed (total None,
+    the whole not known yet), then of the shards as their records are checked, shard by shard."""
     folder = Path(folder)
     stage = Stage(log, f"verify {folder}")
     progress = throttle(progress)
@@ -42,7 +43,16 @@ def verify(folder: str | Path, synsets_file=None, decode_all: bool = False, jobs
     sizes = {shard: shard.stat().st_size for paths in shards.values() for shard in paths}
     total, done = sum(sizes.values()), 0
     with file_map(jobs) as each_file:
-        manifest_counts, manifest_splits = _manifest_records(folder, check_manifest(folder, each_file))
+        hashed = [0]  # the bar counts the bytes hashed (the whole not yet known), then those read as records
+
+        def hashing(n: int, _total: int | None) -> None:
+            hashed[0] = n
+            if progress is not None:
+                progress(n, None)
+
+        manifest_counts, manifest_splits = _manifest_records(folder, check_manifest(folder, each_file,
+                                                                                    progress=hashing))
+        total, done = hashed[0] + total, hashed[0]
         check = functools.partial(_check_shard, folder, manifest_counts, synsets, decode_all)
         totals = {}
         if progress is not None:

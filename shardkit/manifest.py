@@ -151,7 +151,8 @@ def _check_listed_file(folder: Path, known_files: dict[str, dict], entry: dict) 
 
 
 def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], Iterable] = map, *,
-                   temporaries: bool = True, known_files: dict[str, dict] | None = None) -> dict:
+                   temporaries: bool = True, known_files: dict[str, dict] | None = None,
+                   progress: Callable[[int, int | None], None] | None = None) -> dict:
     """Check `folder` against its MANIFEST.json; raise PrepError naming the first problem.
 
     Every listed file exists with its size and sha256, and every data file of the folder is listed.
@@ -161,13 +162,18 @@ def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], 
     beside it (a duplicate run's, a live writer's); `verify` names them. `known_files` ({path: {"sha256",
     "size"}}, as `build_manifest`'s) gives the sha256 of files their writers hashed: those are compared with
     the manifest, and their sizes with the files now, without reading them (the report of a finished dataset
-    inside its closing task); `verify` gives none, and reads every byte.
+    inside its closing task); `verify` gives none, and reads every byte. `progress(done, total)` counts the
+    bytes of the listed files checked.
     """
     folder = Path(folder)
     manifest = read_manifest(folder)
     listed = {e["path"] for e in manifest["files"]}
-    for _ in file_map(functools.partial(_check_listed_file, folder, known_files or {}), manifest["files"]):
-        pass
+    total, done = sum(e["size"] for e in manifest["files"]), 0
+    for entry, _ in zip(manifest["files"],
+                        file_map(functools.partial(_check_listed_file, folder, known_files or {}), manifest["files"])):
+        done += entry["size"]
+        if progress is not None:
+            progress(done, total)
     for p in sorted(folder.rglob("*")):
         if _is_data_file(folder, p) and p.relative_to(folder).as_posix() not in listed:
             rel = p.relative_to(folder)

@@ -11,6 +11,7 @@ The command lines run on a pipe (no bar, no control character) and on a pseudo-t
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import random
@@ -149,13 +150,20 @@ def test_imagenet_shards_verify_stats_and_training_steps(tmp_path):
     tree = samples.write_sample_tree(tmp_path / "raw", classes=3, per_class=4, val_per_class=1, quirks=False)
     out = tmp_path / "out"
     seen = Recorder()
+    plan = convert.make_plan(tree["train_dir"], tree["validation_dir"], tree["val_labels"], train_shards=2,
+                             validation_shards=1, progress=seen)
+    assert plan["splits"]["train"]["files"] and all(t is None for _, t in seen.calls[:-1])
+    seen.check(3 * 4 + 3 * 1)  # the input files listed
+    seen = Recorder()
     convert.convert_dataset(tree["train_dir"], tree["validation_dir"], tree["val_labels"], out, train_shards=2,
                             validation_shards=1, progress=seen)
     seen.check(3 * 4 + 3 * 1)  # images
     shards = sorted(out.glob("train-*")) + sorted(out.glob("validation-*"))
     seen = Recorder()
     imagenet_verify.verify(out, progress=seen)
-    seen.check(sum(p.stat().st_size for p in shards))
+    listed = sum(e["size"] for e in json.loads((out / "MANIFEST.json").read_text())["files"])
+    seen.check(listed + sum(p.stat().st_size for p in shards))  # every listed file hashed, then the shards read
+    assert seen.calls[0][1] is None  # while hashing, the whole is not known yet
     seen = Recorder()
     imagenet_stats.stats(out, tmp_path / "report", progress=seen)
     seen.check(len(shards))

@@ -69,8 +69,8 @@ def verify(path: str | Path, jobs: int = 1, progress: Progress | None = None) ->
     `jobs` worker processes check files in parallel (`shardkit.pool.file_map`): each stage's files
     in file order, so the summary and the first problem are those of `jobs` 1.
     Returns a summary: files, records, bytes, the dimensions, the kind, and whether a manifest was checked.
-    `progress(done, total)` counts the bytes of the record files whose records are read and checked
-    (the last and longest pass), file by file.
+    `progress(done, total)` counts bytes: of the files MANIFEST.json lists as they are hashed (total None,
+    the whole not known yet), then of the record files as their records are read and checked, file by file.
     """
     stage = Stage(log, f"verify {path}")
     with file_map(jobs) as each_file:
@@ -84,7 +84,16 @@ def _verify(path: Path, each_file, progress: Progress | None) -> dict:
     if path.is_dir() and not with_manifest and (path / "dataset.json").is_file():
         raise PrepError(f"{path}: dataset.json but no {MANIFEST}: an unfinished dataset (run its task again to "
                         f"finish it)")
-    manifest = check_manifest(path, each_file) if with_manifest else None  # checksums first: before any record is read
+    # Checksums first, before any record is read. The bar counts the bytes hashed, then those read as records:
+    # the second total is known once the files are found, so until then the whole is not (None).
+    hashed = [0]
+
+    def hashing(done: int, _total: int | None) -> None:
+        hashed[0] = done
+        if progress is not None:
+            progress(done, None)
+
+    manifest = check_manifest(path, each_file, progress=hashing) if with_manifest else None
     records = open_records(path)
     files = records.files
     counts: dict[Path, int] = {}
@@ -111,7 +120,7 @@ def _verify(path: Path, each_file, progress: Progress | None) -> dict:
         indexed = [file for file in files if index_path_for(file).is_file()]  # not required, but one must match
         counts.update(zip(indexed, each_file(functools.partial(_count, records), indexed)))
     sizes = {file: file.stat().st_size for file in files}
-    total, done = sum(sizes.values()), 0
+    total, done = hashed[0] + sum(sizes.values()), hashed[0]
     parsed = {}
     if progress is not None:
         progress(0, total)

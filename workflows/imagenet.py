@@ -43,7 +43,8 @@ class ImageNetPlan(ImageNetTask):
         return convert.make_plan(self.train_dir, self.validation_dir, self.val_labels,
                                  synsets_file=self.synsets_file, metadata_file=self.metadata_file,
                                  bbox_dir=self.bbox_dir, train_shards=self.train_shards,
-                                 validation_shards=self.validation_shards, seed=self.seed)
+                                 validation_shards=self.validation_shards, seed=self.seed,
+                                 progress=self.progress("plan: input files listed", "files"))
 
     def run(self):
         convert.write_plan(self.make_plan(), self.output().path)
