@@ -415,7 +415,6 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
         "ignored": [],
         "splits": {},
     }
-    stage = Stage(log, "plan")
     progress = throttle(progress)
     listed = [0, 0]  # input files listed: before this split, and so far
 
@@ -450,7 +449,6 @@ def make_plan(train_dir, validation_dir, val_labels=None, *, synsets_file=None, 
     plan["ignored"].sort(key=lambda d: d["file"])
     if progress is not None:
         progress(listed[1], listed[1])  # every input listed: now the total is known
-    stage.finish(sum(len(spec["files"]) for spec in plan["splits"].values()), "images planned")
     return plan
 
 
