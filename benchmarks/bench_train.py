@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_train.py                          # builds bench_pipeline's 24 MB dump
     .venv/bin/python benchmarks/bench_train.py --dataset DIR/seq128_mask20_dup5 --steps 600
+    .venv/bin/python benchmarks/bench_train.py --python-docs --steps 5000 --hidden 64 --learning-rate 1e-3   # real prose
     .venv/bin/python benchmarks/bench_train.py --imagenet                # the CNN on sample ImageNet too
 
 A model that only learns token frequencies reaches the masked tokens' unigram entropy and no
@@ -17,7 +18,12 @@ out (its documents are in no other shard), and the held-out figures are set agai
 - `majority_token_accuracy` and `nsp_majority`: accuracy of always answering the commonest
   masked token / next-sentence label of the held-out slots.
 
-The dataset is bench_pipeline's (`--dataset` for another): its synthetic dump of 24 MB of XML through
+With --python-docs the dataset is made from real prose: Python's documentation, as Debian's
+python3.11-doc package ships it, turned into a dump by `realtext.py` and run through the same
+Pretrain128. The synthetic dump's sentences come from a grammar whose articles differ little in
+what they say, which leaves a next-sentence head little to learn; real text shows what it learns.
+
+Otherwise the dataset is bench_pipeline's (`--dataset` for another): its synthetic dump of 24 MB of XML through
 `Pretrain128 --num-shards 16` (seq 128, 20 masks, dupe 5, the reference bert-base-uncased vocabulary).
 With --imagenet, `train_imagenet` trains on the sample ImageNet tree (ten coloured-shape classes,
 imagenet_prep.samples) converted by `imagenet-prep convert`, and is scored on its validation
@@ -39,6 +45,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))  # realtext.py (benchmarks/ is not a package)
 
 
 def build_dataset(work: Path, xml_mb: float, num_shards: int) -> Path:
@@ -51,6 +58,25 @@ def build_dataset(work: Path, xml_mb: float, num_shards: int) -> Path:
         if r.returncode != 0:
             sys.exit(f"bench_train.py: error: bench_pipeline.py failed: {r.stderr.strip().splitlines()[-1:]}")
         found = sorted((work / "ours").glob("*-*/seq128_mask20_dup5/MANIFEST.json"))
+    return found[0].parent
+
+
+def build_python_docs_dataset(work: Path, num_shards: int) -> Path:
+    """Pretrain128 on real prose: Python's documentation as a dump (`realtext.py`), through bench_pipeline."""
+    found = sorted((work / "pydocs" / "run" / "ours").glob("*-*/seq128_mask20_dup5/MANIFEST.json"))
+    if not found:
+        from realtext import write_python_docs_dump
+
+        site = work / "pydocs" / "site"
+        if not (site / "enwiki" / "20260101" / "dumpstatus.json").exists():
+            print(json.dumps(write_python_docs_dump(site, work / "pydocs" / "deb-cache")), file=sys.stderr)
+        r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_pipeline.py"),
+                            "--dump-dir", str(site / "enwiki" / "20260101"), "--num-shards", str(num_shards),
+                            "--skip-anchors", "--skip-stages", "--work", str(work / "pydocs" / "run")],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"bench_train.py: error: bench_pipeline.py failed: {r.stderr.strip().splitlines()[-1:]}")
+        found = sorted((work / "pydocs" / "run" / "ours").glob("*-*/seq128_mask20_dup5/MANIFEST.json"))
     return found[0].parent
 
 
@@ -96,7 +122,12 @@ def bert_run(args) -> dict:
     from shardkit.records import find_files
     from trainers.bert import SHARD_GLOB, _mask_token_id, split_holdout, train_bert
 
-    dataset = args.dataset or build_dataset(args.work, args.xml_mb, args.num_shards)
+    if args.dataset:
+        dataset = args.dataset
+    elif args.python_docs:
+        dataset = build_python_docs_dataset(args.work, args.num_shards)
+    else:
+        dataset = build_dataset(args.work, args.xml_mb, args.num_shards)
     t0, cpu0 = time.perf_counter(), time.process_time()
     result = train_bert(dataset, args.work / "train_bert", steps=args.steps, batch_size=args.batch_size,
                         seed=args.seed, learning_rate=args.learning_rate, warmup_fraction=args.warmup_fraction,
@@ -167,6 +198,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", type=Path, help="a seq-128 dataset folder (default: bench_pipeline's)")
     parser.add_argument("--work", type=Path, default=REPO / "benchmarks" / "work" / "train")
+    parser.add_argument("--python-docs", action="store_true",
+                        help="real prose: Python's documentation (Debian's python3.11-doc) as a dump (realtext.py)")
     parser.add_argument("--xml-mb", type=float, default=24.0)
     parser.add_argument("--num-shards", type=int, default=16)
     parser.add_argument("--steps", type=int, default=600)
