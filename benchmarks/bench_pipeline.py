@@ -63,12 +63,26 @@ def _luigi_child(argv: list[str]) -> None:
     import workflows  # noqa: F401  (registers the tasks)
 
     log = argv[0]
+    started_cpu: dict[str, float] = {}
+
+    def cpu_seconds() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    @luigi.Task.event_handler(luigi.Event.START)
+    def start(task):  # in the task's own (forked) process, right before run()
+        started_cpu[task.task_id] = cpu_seconds()
 
     @luigi.Task.event_handler(luigi.Event.PROCESSING_TIME)
     def record(task, seconds):  # runs in the worker process that ran the task
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        ended = time.time()
+        # CPU seconds of run() alone: on a machine shared with other work, wall seconds say how busy
+        # it was, CPU seconds what the task cost.
+        cpu = cpu_seconds() - started_cpu.pop(task.task_id, 0.0)
         with open(log, "a") as f:
-            f.write(json.dumps({"task": task.task_family, "seconds": seconds, "pid": os.getpid(),
+            f.write(json.dumps({"task": task.task_family, "seconds": seconds, "cpu_seconds": round(cpu, 3),
+                                "start": ended - seconds, "end": ended, "pid": os.getpid(),
                                 "maxrss_mb": round(rss, 1)}) + "\n")
 
     ok = luigi.run(argv[1:], detailed_summary=False)
@@ -99,7 +113,7 @@ def run_ours(site: Path, work: Path, args, vocab: Path) -> dict:
         sys.exit("DownloadDump failed:\n" + r.stderr[-3000:])
     log = work / "ours-tasks.jsonl"
     log.unlink(missing_ok=True)
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     r = subprocess.run([sys.executable, __file__, "_luigi", str(log)]
                        + luigi_args("Pretrain128", data, site, args, vocab), cwd=REPO, env=env,
                        capture_output=True, text=True)
@@ -107,16 +121,26 @@ def run_ours(site: Path, work: Path, args, vocab: Path) -> dict:
     if r.returncode:
         sys.exit("Pretrain128 failed:\n" + r.stderr[-3000:])
     tasks = [json.loads(line) for line in log.read_text().splitlines()]
-    by_family: dict[str, dict] = defaultdict(lambda: {"tasks": 0, "seconds": 0.0, "peak_rss_mb": 0.0})
+    by_family: dict[str, dict] = defaultdict(lambda: {"tasks": 0, "seconds": 0.0, "cpu_seconds": 0.0,
+                                                      "peak_rss_mb": 0.0})
     for t in tasks:
         family = by_family[t["task"]]
         family["tasks"] += 1
         family["seconds"] = round(family["seconds"] + t["seconds"], 2)
+        family["cpu_seconds"] = round(family["cpu_seconds"] + t["cpu_seconds"], 2)
         family["peak_rss_mb"] = max(family["peak_rss_mb"], t["maxrss_mb"])
     dataset = next((data / f"{args.wiki}-{args.date}").glob("seq128_*"))
     stats = json.loads((dataset / "stats.json").read_text())
     shards = sorted((data / f"{args.wiki}-{args.date}" / "sentences").glob("*/shard_*.txt"))
     return {"seconds": round(seconds, 1), "tasks": dict(sorted(by_family.items())),
+            "task_cpu_seconds": round(sum(t["cpu_seconds"] for t in tasks), 2),
+            # How the run's wall time was spent: from the process' start to the first task's start
+            # (Python, Luigi, scheduling), and the worker time no task was running (the run's wall
+            # time times --workers, less every task's wall time).
+            "before_first_task_seconds": round(min(t["start"] for t in tasks) - started_at, 2),
+            "idle_worker_seconds": round(seconds * args.workers - sum(t["seconds"] for t in tasks), 2),
+            "timeline": [[t["task"], round(t["start"] - started_at, 2), round(t["end"] - started_at, 2), t["pid"]]
+                         for t in sorted(tasks, key=lambda t: t["start"])],
             "largest_sentence_shard_mb": mb(max(p.stat().st_size for p in shards)),
             "peak_worker_rss_mb": max(t["maxrss_mb"] for t in tasks),
             "instances": stats["total"]["instances"], "documents": stats["total"]["documents"],

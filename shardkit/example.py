@@ -159,3 +159,144 @@ _KIND_OF_FIELD = {1: BYTES, 2: FLOAT, 3: INT64}  # Feature's oneof: bytes_list =
 def decode_example(data: bytes) -> dict[str, list]:
     """A `tf.train.Example` as {feature name: values} (ints, floats or bytes), without TensorFlow."""
     return {name: values for name, (_, values) in decode_example_kinds(data).items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding a batch into arrays, without TensorFlow
+
+class NotPlainExample(ValueError):
+    """A record `decode_batch` does not take (see there): a full parser (TensorFlow) must read it."""
+
+
+def _length(data: bytes, pos: int) -> tuple[int, int]:
+    b = data[pos]
+    if b < 0x80:
+        return b, pos + 1
+    return _varint(data, pos)
+
+
+def _plain_features(data: bytes, wanted: dict[bytes, int], found: list) -> None:
+    """Put into found[wanted[name]] (Feature's oneof field tag, packed values) for each wanted feature of one
+    record. NotPlainExample for anything but the plain form: Example.features entries of key then value, each
+    wanted feature present once, its values in at most one packed field."""
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            if data[pos] != 0x0A:  # Example.features
+                raise NotPlainExample
+            n, pos = _length(data, pos + 1)
+            features_end = pos + n
+            while pos < features_end:
+                if data[pos] != 0x0A:  # Features.feature, a map entry
+                    raise NotPlainExample
+                n, pos = _length(data, pos + 1)
+                entry_end = pos + n
+                if data[pos] != 0x0A:  # its key
+                    raise NotPlainExample
+                n, pos = _length(data, pos + 1)
+                key = data[pos:pos + n]
+                pos += n
+                if data[pos] != 0x12:  # its value, a Feature
+                    raise NotPlainExample
+                n, pos = _length(data, pos + 1)
+                if pos + n != entry_end:
+                    raise NotPlainExample
+                i = wanted.get(key)
+                if i is not None:
+                    if found[i] is not None or pos == entry_end:
+                        raise NotPlainExample  # a repeated key (the last would win) or a Feature of no kind
+                    tag = data[pos]
+                    n, pos = _length(data, pos + 1)
+                    if pos + n != entry_end:
+                        raise NotPlainExample
+                    if n:
+                        if data[pos] != 0x0A:  # the list's values, packed
+                            raise NotPlainExample
+                        n, pos = _length(data, pos + 1)
+                        if pos + n != entry_end:
+                            raise NotPlainExample
+                    found[i] = (tag, data[pos:entry_end])
+                pos = entry_end
+            if pos != features_end:
+                raise NotPlainExample
+    except IndexError:
+        raise NotPlainExample from None
+
+
+_LIST_TAG = {INT64: 0x1A, FLOAT: 0x12}  # Feature.int64_list = 3, float_list = 2
+
+
+def _unpack_varints(buf: bytes):
+    """The int64 values of packed varints (protobuf's two's complement for negatives), and each byte's 'last of its
+    varint' flag; NotPlainExample when the bytes end inside a varint or one is longer than protobuf's ten bytes."""
+    import numpy as np
+
+    a = np.frombuffer(buf, np.uint8)
+    if len(a) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    last = a < 0x80
+    if not last[-1]:
+        raise NotPlainExample
+    ends = np.flatnonzero(last)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    sizes = ends - starts + 1
+    if sizes.max() > 10:
+        raise NotPlainExample
+    shift = (7 * (np.arange(len(a)) - np.repeat(starts, sizes))).astype(np.uint64)
+    values = np.add.reduceat((a & 0x7F).astype(np.uint64) << shift, starts)  # no bits overlap: + is |
+    return values.view(np.int64), last
+
+
+def decode_batch(records, features) -> dict:
+    """Records of `tf.train.Example` as numpy arrays, the ones `tf.io.parse_example` gives, without TensorFlow.
+
+    `features` are (name, kind, length) triples, kind int64 or float, length an int (FixedLenFeature([length]):
+    an array [records, length]) or None (VarLenFeature made dense with -1, as `tf.sparse.to_dense(...,
+    default_value=-1)`: [records, the longest]). Other features of the records are ignored, as TensorFlow does.
+    int64 values come as int64, float values as float32.
+
+    Only the plain form is taken, the one `encode_example` writes and protobuf serializers write (each
+    feature once, values packed, in any order); anything else, including every record TensorFlow would
+    refuse (a missing feature, a wrong kind, a wrong length), raises NotPlainExample, and its reader
+    parses the batch with TensorFlow instead, which gives the arrays or the error.
+    """
+    import numpy as np
+
+    wanted = {name.encode(): i for i, (name, _, _) in enumerate(features)}
+    columns: list[list[bytes]] = [[] for _ in features]
+    tags = [_LIST_TAG.get(kind) for _, kind, _ in features]
+    if None in tags:
+        raise NotPlainExample
+    for data in records:
+        found = [None] * len(features)
+        _plain_features(data, wanted, found)
+        for column, tag, feature in zip(columns, tags, found):
+            if feature is None or feature[0] != tag:
+                raise NotPlainExample
+            column.append(feature[1])
+    out = {}
+    for (name, kind, length), column in zip(features, columns):
+        sizes = np.fromiter(map(len, column), np.int64, len(column))
+        buf = b"".join(column)
+        if kind == FLOAT:
+            if (sizes % 4).any():
+                raise NotPlainExample
+            values, counts = np.frombuffer(buf, "<f4").astype(np.float32), sizes // 4
+        else:
+            values, last = _unpack_varints(buf)
+            bounds = np.concatenate(([0], np.cumsum(sizes)))
+            if not last[bounds[1:][sizes > 0] - 1].all():  # a record's values end inside a varint
+                raise NotPlainExample
+            done = np.concatenate(([0], np.cumsum(last)))
+            counts = done[bounds[1:]] - done[bounds[:-1]]
+        if length is not None:
+            if (counts != length).any():
+                raise NotPlainExample
+            out[name] = values.reshape(len(column), length)
+        else:
+            dense = np.full((len(column), int(counts.max(initial=0))), -1, values.dtype)
+            rows = np.repeat(np.arange(len(column)), counts)
+            cols = np.arange(len(values)) - np.repeat(np.cumsum(counts) - counts, counts)
+            dense[rows, cols] = values
+            out[name] = dense
+    return out

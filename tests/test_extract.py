@@ -429,3 +429,62 @@ def test_what_is_not_a_page_is_bounded_too(sample, tmp_path, out_dir):
                                         r"characters: damaged, or not a dump$"):
         extract_part(big_siteinfo, out_dir / "x.jsonl", DATE)
     assert_nothing_written(out_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# extract.clean, WikiExtractor's clean with fast paths: the stock function's output, page for page
+
+def stock_paragraphs(page, siteinfo, pinned) -> list[str]:
+    """What extract_page gave with WikiExtractor's own Extractor and clean (before the fast paths)."""
+    from wikiextractor import extract as wx
+
+    from wikiprep import extract
+
+    stock = wx.Extractor(str(page.id), page.revid, siteinfo.urlbase, page.title, [], templates={}, redirects={},
+                         templatePrefix=siteinfo.template_prefix, knownNamespaces=set(siteinfo.namespaces),
+                         ignored_tag_patterns=extract.IGNORED_TAG_PATTERNS, keepLinks=False, keepSections=True)
+    stock.magicWords = extract.PinnedMagicWords(pinned)
+    return stock.clean_text(extract._dump_escape(page.text), mark_headers=True, expand_templates=True,
+                            html_safe=False)
+
+
+def test_fast_clean_gives_wikiextractors_output_on_every_page(sample, tmp_path):
+    from testkit.synthetic_dump import write_synthetic_dump
+    from wikiprep import extract
+
+    assert extract.Extractor.FAST, "wikiextractor's clean changed: extract.clean no longer runs, nothing to compare"
+    pinned = clock_magic_words(DATE)
+    synthetic = write_synthetic_dump(tmp_path / "site", date=DATE, xml_mb=2.0, parts=1)
+    compared = 0
+    for part in list(sample[0]) + sorted(synthetic.glob("*.bz2")):
+        reader = PartReader(part)
+        for page in reader:
+            if extract.drop_reason(page) is None:
+                assert extract.extract_page(page, reader.siteinfo, pinned) == \
+                    stock_paragraphs(page, reader.siteinfo, pinned), (part.name, page.id, page.title)
+                compared += 1
+    assert compared > 150
+
+
+TAG_SPELLINGS = [
+    "Plain prose with no markup at all, and no ampersand.",
+    "a <REF name=x>cite</REF> b <Ref name=y/> c <ref>one</ref><ref>two</ref> d",
+    "long s: <\u017fource lang=c>int x;</\u017fource> Kelvin: <\u212abd>k</\u212abd> dotless: <d\u0131v>x</d\u0131v> e",
+    "<div>a<span>b</span></div> <  /  table  > <table><tr><td>x</td></tr></table> f",
+    "joined by a comment: <<!-- c -->ref>hidden</ref> g",
+    "joined by discarded tags: <<gallery>x</gallery>ref>inner<<pre>p</pre>/ref> h",  # no <ref until both go
+    "<references/> <nowiki>x</nowiki> &lt;ref&gt;escaped&lt;/ref&gt; &amp;nbsp; j",
+    "<math>x^2</math> and <code>y</code> <noinclude>n</noinclude> </noinclude> <includeonly>i</includeonly> k",
+    "<br> <hr/> <p>para</p> <small>s</small> <abbr title=x>A</abbr> <a href=x>link</a> <section begin=x /> l",
+    "unclosed <ref name=z>to the end, <div class=x> and <sub>two</sup> m\n\nNext paragraph <b>bold</b>.",
+    "{{cite web|title=<ref>x</ref>}} <!-- <ref>in a comment</ref> --> <gallery>\nFile:a.jpg\n</gallery> n",
+]
+
+
+@pytest.mark.parametrize("text", TAG_SPELLINGS)
+def test_fast_clean_on_tags_in_every_spelling(text):
+    from wikiprep import extract
+
+    page = extract.Page(id=7, ns=0, title="Tags", revid="1", redirect=False, text=text)
+    siteinfo, pinned = extract.SiteInfo(urlbase="https://en.wikipedia.org/wiki"), clock_magic_words(DATE)
+    assert extract.extract_page(page, siteinfo, pinned) == stock_paragraphs(page, siteinfo, pinned)

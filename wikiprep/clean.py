@@ -53,6 +53,7 @@ TABLE_LINE_RE = re.compile(r"^\s*(?:\{\||\|\}|\|-|\|\+|\||!(?=\s|.*!!))")  # not
 HEADING_LINE_RE = re.compile(r"^\s*(?:#{2,}\s|(=+)[^=].*\1\s*$)")
 LIST_BULLET_RE = re.compile(r"^\s*(?:[*#:;]+|[•·▪◦‣]|[-–—](?=\s))\s*")
 DEFINITION_TERM_RE = re.compile(r"^\s*;[^:]*:\s*")
+BULLET_FIRST_CHARS = frozenset("*#:;•·▪◦‣-–—")  # what LIST_BULLET_RE and DEFINITION_TERM_RE start with
 BOLD_ITALIC_RE = re.compile(r"'{2,}")
 BOLD_RESIDUE_RE = re.compile(r"(?<![\w\"])\"'(?=\w)")  # WikiExtractor's '"' + "'" for an unclosed '''
 PLACEHOLDER_RE = re.compile(r"\b(?:formula|codice)_\d+\b")
@@ -96,6 +97,8 @@ def strip_comments(line: str) -> str:
 def strip_templates(line: str) -> str:
     """Residual {{templates}} (innermost first, so nested ones go too), an unclosed
     "{{name|args" up to its first space, and stray "}}"."""
+    if "{{" not in line:  # both patterns start with it
+        return line.replace("}}", "")
     previous = None
     while previous != line:
         previous, line = line, TEMPLATE_RE.sub("", line)
@@ -114,6 +117,8 @@ def strip_tables(line: str) -> str:
 def strip_media_links(line: str) -> str:
     """[[File:...]], [[Image:...]], [[Category:...]] with whatever they hold. When their
     brackets do not balance, up to the first "]" that closes nothing, or the line's end."""
+    if "[[" not in line:
+        return line
     while m := MEDIA_LINK_OPEN_RE.search(line):
         line = line[:m.start()] + line[_media_link_end(line, m.end()):]
     return line
@@ -147,6 +152,8 @@ def strip_image_options(line: str) -> str:
 def unwrap_links(line: str) -> str:
     """[[Target|label]] -> label, [[Target]] -> Target, [http://x label] -> label, then
     brackets that no longer pair up."""
+    if "[" not in line and "]" not in line:  # nothing below could match or change
+        return line
     previous = None
     while previous != line:
         previous, line = line, LINK_RE.sub(r"\1", line)
@@ -192,6 +199,8 @@ def unescape_entities(line: str) -> str:
 def strip_tags(line: str) -> str:
     """HTML and extension tags: <ref>, <chem>, <mapframe> ... go with their content (an
     unclosed one to the end of the line); <del>, <span>, <sup> ... keep theirs."""
+    if "<" not in line:  # every pattern starts with it
+        return line
     line = PAIRED_DROP_RE.sub("", line)
     line = UNCLOSED_DROP_RE.sub("", line)
     return TAG_RE.sub("", line)
@@ -204,12 +213,17 @@ def strip_placeholders(line: str) -> str:
 
 def strip_magic_switches(line: str) -> str:
     """__NOTOC__-style behaviour switches, and "{}" left by emptied tags."""
+    if "__" not in line and "{" not in line:
+        return line
     return EMPTY_BRACES_RE.sub("", SWITCH_RE.sub("", line))
 
 
 def strip_list_bullet(line: str) -> str:
     """List and definition markers at the start of a line ("*", "#", ":", "; term :", "•",
     "- "); the item's text stays."""
+    head = line.lstrip()  # str.isspace() is re's \s: both patterns need one of these after it
+    if not head or head[0] not in BULLET_FIRST_CHARS:
+        return line
     return LIST_BULLET_RE.sub("", DEFINITION_TERM_RE.sub("", line), count=1)
 
 
@@ -229,7 +243,10 @@ def fix_parentheses(line: str) -> str:
 def fix_spacing(line: str) -> str:
     """One space between words, none before closing punctuation or after an opening
     bracket, no doubled separators, no space at the ends."""
-    line = MULTI_SPACE_RE.sub(" ", line.replace("\t", " "))
+    if "\t" in line:
+        line = line.replace("\t", " ")
+    if "  " in line:  # what MULTI_SPACE_RE needs, once tabs are spaces
+        line = MULTI_SPACE_RE.sub(" ", line)
     line = STRAY_PERIOD_RE.sub(r"\1", line)
     line = DOUBLED_PUNCT_RE.sub(r"\1", line)
     line = SPACE_BEFORE_PUNCT_RE.sub(r"\1", line)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from shardkit.errors import PrepError
-from shardkit.example import decode_example, decode_example_kinds
+from shardkit.example import NotPlainExample, decode_batch, decode_example, decode_example_kinds
 from shardkit.records import read_records
 from shardkit.tf import error_text, import_tensorflow
 
@@ -150,8 +150,9 @@ def count_records(records: RecordFiles, path: Path) -> int:
 # ---------------------------------------------------------------------------------------------
 # Batches in the standard layout, from every kind
 
-def _parsed_batches(tf, records: RecordFiles, path: Path, names=None) -> Iterator[dict]:
-    """Batches of one TFRecord file parsed by TensorFlow with its kind's schema (sparse features made dense, -1 pad)."""
+def _parsed_batches(tf, records: RecordFiles, path: Path, names=None, *, skip: int = 0) -> Iterator[dict]:
+    """Batches of one TFRecord file parsed by TensorFlow with its kind's schema (sparse features made dense, -1 pad),
+    from batch `skip` on."""
     schema, dims = SCHEMAS[records.kind], records.dims
     spec = schema.tf_spec(tf, dims, names)
 
@@ -160,7 +161,7 @@ def _parsed_batches(tf, records: RecordFiles, path: Path, names=None) -> Iterato
         return {k: tf.sparse.to_dense(v, default_value=-1) if isinstance(v, tf.sparse.SparseTensor) else v
                 for k, v in parsed.items()}
 
-    ds = tf.data.TFRecordDataset(str(path)).batch(BATCH).map(parse)
+    ds = tf.data.TFRecordDataset(str(path)).batch(BATCH).skip(skip).map(parse)
     try:
         yield from ds.as_numpy_iterator()
     except tf.errors.OpError as e:
@@ -179,26 +180,102 @@ def batches(records: RecordFiles) -> Iterator[tuple[Path, dict]]:
             yield path, b
 
 
-def file_batches(records: RecordFiles, path: Path) -> Iterator[dict]:
-    """The batches of one file of `records` (see `batches`): one file alone, so files can be read in parallel."""
+def _plain_batches(records: RecordFiles, path: Path, decoded: list[int]) -> Iterator[dict]:
+    """The batches `_parsed_batches` gives, decoded without TensorFlow (`example.decode_batch`) for as long as the
+    records are in the plain form it takes and the file reads without a framing or checksum error;
+    `decoded[0]` counts the batches given. Stops at the first batch it cannot give: TensorFlow takes it from there."""
+    schema, dims = SCHEMAS[records.kind], records.dims
+    features = [(f.name, f.kind, f.length(dims)) for f in schema.features]
+    scalars = [f.name for f in schema.features if f.shape == ()]  # FixedLenFeature([]): one value a record, [B]
+    batch: list[bytes] = []
+    try:
+        for data in read_records(path):
+            batch.append(data)
+            if len(batch) == BATCH:
+                yield decode_batch(batch, features)
+                decoded[0] += 1
+                batch = []
+        if batch:
+            yield decode_batch(batch, features)
+            decoded[0] += 1
+    except (NotPlainExample, PrepError):
+        return
+
+
+def _plain_batches(records: RecordFiles, path: Path, state: dict) -> Iterator[dict]:
+    """The batches `_parsed_batches` gives, decoded without TensorFlow (`example.decode_batch`) for as long as the
+    records are in the plain form it takes and the file reads without a framing or checksum error. Counts the
+    batches given in state["batches"]; state["whole"] says whether they are the whole file."""
+    schema, dims = SCHEMAS[records.kind], records.dims
+    features = [(f.name, f.kind, f.length(dims)) for f in schema.features]
+    scalars = [f.name for f in schema.features if f.shape == ()]  # FixedLenFeature([]): one value a record, [B]
+    batch: list[bytes] = []
+    try:
+        for data in read_records(path):
+            batch.append(data)
+            if len(batch) == BATCH:
+                decoded = _squeezed(decode_batch(batch, features), scalars)
+                batch = []
+                state["batches"] += 1
+                yield decoded
+        if batch:
+            decoded = _squeezed(decode_batch(batch, features), scalars)
+            state["batches"] += 1
+            yield decoded
+    except (NotPlainExample, PrepError):
+        return
+    state["whole"] = True
+
+
+def _squeezed(batch: dict, names: list[str]) -> dict:
+    for name in names:
+        batch[name] = batch[name].reshape(-1)
+    return batch
+
+
+def _record_batches(records: RecordFiles, path: Path, tensorflow: bool) -> Iterator[dict]:
+    """The batches of one TFRecord file in its kind's schema: TensorFlow's, or decoded without it first."""
+    state = {"batches": 0, "whole": False}
+    if not tensorflow:
+        yield from _plain_batches(records, path, state)
+        if state["whole"]:
+            return
+    yield from _parsed_batches(import_tensorflow(), records, path, skip=state["batches"])
+
+
+def batches(records: RecordFiles) -> Iterator[tuple[Path, dict]]:
+    """(file, batch) for every instance of `records`, in file order: standard-layout numpy batches (BERT_INSTANCE's
+    features and shapes, int64 and float32), whatever the kind. PrepError naming the file and record that breaks
+    its layout."""
+    for path in records.files:
+        for b in file_batches(records, path):
+            yield path, b
+
+
+def file_batches(records: RecordFiles, path: Path, *, tensorflow: bool = True) -> Iterator[dict]:
+    """The batches of one file of `records` (see `batches`): one file alone, so files can be read in parallel.
+
+    `tensorflow=False` decodes TFRecords with `example.decode_batch` (numpy: the arrays TensorFlow's
+    `parse_example` gives) and imports TensorFlow only from the first batch that decoder does not take (records
+    in another form than the plain one, or a damaged file, whose error is then TensorFlow's, as with True). For
+    a shard's writer reading back its own shard: TensorFlow's import costs 3-5 CPU-s, in each shard's process."""
     if records.kind == HDF5:
         if hdf5.file_dims(path) != records.dims:
             raise PrepError(f"{path}: seq {hdf5.file_dims(path)[SEQ]}, {hdf5.file_dims(path)[PRED]} predictions; "
                             f"expected seq {records.dims[SEQ]}, {records.dims[PRED]} predictions")
         yield from hdf5.read_batches(path, BATCH)
         return
-    tf = import_tensorflow()
     if records.kind == REMASK:
         pad_position = records.description.get("pad_position_value")
         done = 0
-        for b in _parsed_batches(tf, records, path):
+        for b in _record_batches(records, path, tensorflow):
             try:
                 yield remask.to_standard(b, records.dims[PRED], pad_position)
             except ValueError as e:
                 raise PrepError(f"{path}: batch from record {done}: {e}") from None
             done += len(b["input_ids"])
     else:
-        yield from _parsed_batches(tf, records, path)
+        yield from _record_batches(records, path, tensorflow)
 
 
 # ---------------------------------------------------------------------------------------------

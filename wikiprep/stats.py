@@ -80,14 +80,16 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
             "instances": shown}
 
 
-def file_stats(found: RecordFiles, path: Path, vocab: Vocab | None) -> dict:
+def file_stats(found: RecordFiles, path: Path, vocab: Vocab | None, *, tensorflow: bool = True) -> dict:
     """The figures of one record file of `found`, as a small JSON-able dict that `merge_file_stats` adds up.
 
     Histograms ({value: count}, nonzero only), the totals, the token and masked-token counts per vocabulary
     id ({id: count}, nonzero only: exact top tokens after merging need every id's count, and this is
     bounded by the vocabulary, 30,522 ids for BERT's, whatever the file's size), and the file's first
     SHOWN_INSTANCES instances decoded (of every file, so the merge shows the same ones when the first
-    files hold fewer). One file alone: a shard's writer reads back its own shard, in parallel with the others.
+    files hold fewer). One file alone: a shard's writer reads back its own shard, in parallel with the others,
+    with `tensorflow=False` (see `reader.file_batches`: the same batches, without TensorFlow's import in
+    every shard's process).
     """
     import numpy as np
 
@@ -101,7 +103,7 @@ def file_stats(found: RecordFiles, path: Path, vocab: Vocab | None) -> dict:
     masked_token_counts = np.zeros(0, np.int64)
     random_next = tokens = unk = 0
     shown: list[dict] = []
-    for b in file_batches(found, path):
+    for b in file_batches(found, path, tensorflow=tensorflow):
         real = b["input_mask"] == 1
         n_real = real.sum(axis=1)
         k = (b["masked_lm_weights"] > 0).sum(axis=1)
