@@ -751,7 +751,11 @@ static int emit_instance(Generator *g, Py_ssize_t n, Py_ssize_t len_a, int is_ra
         else
             tok[chosen[k]] = replacements[mt_below(mt, (uint32_t)g->n_replacements)];
     }
-    if (g->layout == LAYOUT_REMASK && (m > g->max_pred || n - m > g->seq - g->max_pred)) {
+    if (m > g->max_pred) { /* cannot happen (num <= max_pred): the tables below are that long */
+        PyErr_SetString(PyExc_SystemError, "Generator: more masks than max_predictions_per_seq");
+        return -1;
+    }
+    if (g->layout == LAYOUT_REMASK && n - m > g->seq - g->max_pred) {
         PyErr_Format(g->misfit_error,
                      "an instance of %zd tokens with %zd masks does not fit the remask layout "
                      "(max_seq_length=%zd, max_predictions_per_seq=%zd)",

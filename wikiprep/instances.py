@@ -714,7 +714,8 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
         input_files = [input_files]
     check_output_paths(input_files, vocab_file, outputs, indexes)
     more = f" and {len(outputs) - 1} more" if len(outputs) > 1 else ""
-    stage = Stage(log, f"instances {outputs[0].name}{more}")
+    reason = speedups.python_reason()  # the closing line says when the (several times slower) Python paths ran
+    stage = Stage(log, f"instances {outputs[0].name}{more}" + (f" ({reason})" if reason else ""))
     progress = throttle(progress)
     total = sum(_size(p) for p in input_files)
     read_end, generate_end = total * _READ_TENTHS // 10, total * (_READ_TENTHS + _GENERATE_TENTHS) // 10

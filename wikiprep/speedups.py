@@ -35,6 +35,15 @@ def compiled() -> ModuleType | None:
     return _compiled
 
 
+def python_reason() -> str | None:
+    """Why the Python paths run, for a log line ("pure Python: ..."); None when the extension does."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return f"pure Python: {PURE_PYTHON_ENV} is set"
+    if _compiled is None:
+        return "pure Python: wikiprep._speedups is not built (make setup with a C compiler builds it)"
+    return None
+
+
 def compiled_rng(rng: random.Random) -> ModuleType | None:
     """The extension when it can stand in for `rng`'s draws: a plain random.Random (a subclass may draw differently)."""
     return compiled() if type(rng) is random.Random else None
