@@ -769,7 +769,7 @@ def spill_instances(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: 
     The compiled generator (`speedups`) when built, else `generate` with the encoder: the same bytes.
     """
     fast = speedups.compiled_rng(rng)
-    if fast is not None and corpus.num_documents < 1 << 32:
+    if fast is not None and corpus.num_documents < 1 << 32 and vocab.size < 1 << 28:  # the C side's bounds
         _spill_compiled(fast, corpus, vocab, opts, rng, encoder, spill, offsets, stats, progress)
         return
     write, encode, offset = spill.write, encoder.encode, offsets.append
