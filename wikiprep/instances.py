@@ -14,13 +14,19 @@ by step; comments mark each draw. The call order is:
      token random() < 0.8 [then random() < 0.5 [then randint(0, V-1)]].
   3. shuffle(instances)
 
-What differs is the representation, not the result. The corpus is one flat list of tokens with
-sentence and document offsets, and segments are index ranges into it. A token is held as the
-protobuf varint encoding of its id, one shared `bytes` object per vocab entry (8 bytes of list
-per token), so an instance's `input_ids` field is a single `b"".join`. Each finished instance is
-encoded at once and spilled to a temporary file beside the output; memory holds the corpus and
-a few bytes per instance where the original holds every instance as lists of strings. The
-final shuffle permutes record offsets.
+What differs is the representation, not the result. The corpus is one flat array of token ids
+(int32s) with sentence and document offsets, and segments are index ranges into it. Each finished
+instance is encoded at once (TFRecords framed too) and spilled to a temporary file beside the
+output; memory holds the corpus and a few bytes per instance where the original holds every
+instance as lists of strings. The final shuffle permutes record offsets, and the copy-out reads
+the spilled records in that order.
+
+Two implementations do this, with the same bytes (tests/test_speedups.py): the Python functions
+here (`generate`, whose tokens are the ids' varints, one shared `bytes` object per vocab entry, so
+an instance's `input_ids` field is one `b"".join`, and the layouts' encoders), and their compiled
+twins in `_speedups.c`, which consume the Mersenne Twister of a copy of `random.Random`'s state
+word for word as these do and hand the state back (`speedups` picks; WIKIPREP_PURE_PYTHON=1
+forces Python).
 
 `fixed_mask_count=True` is Graphcore's variant (a full-length sequence always gets exactly
 `max_predictions_per_seq` masks); it changes how many tokens are masked, not the draw order.
