@@ -317,7 +317,7 @@ typedef struct {
     /* scratch, each max_seq_length long */
     int32_t *tok, *cand, *chosen, *positions, *labels, *word_starts, *words, *others;
     unsigned char *is_masked;
-    uint32_t *vcode; /* per vocab id: its varint's bytes, little-endian (ids below 2**28: at most 4 bytes) */
+    uint32_t *vcode; /* per vocab id: its varint's bytes (ids below 2**28: at most 4), zero-padded to 4 */
     unsigned char *vsize; /* and their count */
     Buf out, ends;
 } Generator;
@@ -463,12 +463,9 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
         return -1;
     }
     for (Py_ssize_t id = 0; id < n_vocab; id++) {
-        char code[8];
+        char code[8] = {0};
         g->vsize[id] = (unsigned char)(vput(code, (uint64_t)id) - code);
-        uint32_t word = 0;
-        for (int i = 0; i < g->vsize[id]; i++)
-            word |= (uint32_t)(unsigned char)code[i] << (8 * i);
-        g->vcode[id] = word;
+        memcpy(&g->vcode[id], code, 4);
     }
     Py_INCREF(misfit_error);
     g->misfit_error = misfit_error;
