@@ -82,10 +82,13 @@ def _child(args) -> None:
     wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     max_rss = _peak_rss_mb()
     digest = _digest_file(out) if args.child == "wikiprep" else _digest_features(feats)
-    from wikiprep import speedups
-
+    try:
+        from wikiprep.speedups import python_reason
+    except ImportError:  # a checkout from before the compiled paths
+        def python_reason():
+            return "pure Python: a checkout without wikiprep.speedups"
     print(json.dumps({"wall": wall, "cpu": cpu, "instances": instances, "digest": digest, "max_rss_mb": max_rss,
-                      "python": speedups.python_reason()}))
+                      "python": python_reason()}))
 
 
 def _peak_rss_mb() -> float:
