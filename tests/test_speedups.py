@@ -63,10 +63,16 @@ def _write(monkeypatch, pure: bool, folder: Path, inputs: list, vocab, opts: Opt
         monkeypatch.setenv(speedups.PURE_PYTHON_ENV, "1")
     else:
         monkeypatch.delenv(speedups.PURE_PYTHON_ENV, raising=False)
+
+        def python_generator(*args, **kwargs):
+            raise AssertionError("the compiled run reached the Python generator")
+
+        monkeypatch.setattr(instances, "generate", python_generator)  # so the bytes compared are the C side's
     folder.mkdir(parents=True)
     outputs = [folder / n for n in names]
     indexes = [folder / (n + ".index") for n in names] if indexed else None
     stats = write_pretraining_files([str(p) for p in inputs], str(vocab), outputs, indexes, opts, **kwargs)
+    monkeypatch.undo()
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}, stats
 
 

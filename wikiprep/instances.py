@@ -587,9 +587,10 @@ def _size(path: str | os.PathLike) -> int:
         return 0
 
 
-# How a writer's time splits between its phases (benchmarks/bench_instances.py --phases, seq 128, dupe 5:
-# 19% reading and tokenizing, 71% generating and encoding, 10% copying out), in tenths of its progress.
-_READ_TENTHS, _GENERATE_TENTHS = 2, 7
+# How a writer's time splits between its phases, in tenths of its progress: reading and tokenizing, then
+# generating and encoding, the rest copying out (benchmarks/bench_instances.py --phases, seq 128, dupe 5:
+# compiled 32%, 44%, 23%; Python 19%, 71%, 10%).
+_TENTHS_COMPILED, _TENTHS_PYTHON = (3, 5), (2, 7)
 
 
 class _Stats:
@@ -705,8 +706,8 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     an existing output is never replaced: identical is accepted, different refused (`shardkit.atomic`).
 
     `progress(done, total)` counts the input's bytes, spread over the run's phases as their time is:
-    reading the first 2 tenths, generating the next 7 (by documents of every dupe pass), writing the
-    last (by records); one INFO line closes the run.
+    reading the first 3 tenths, generating the next 5 (by documents of every dupe pass), writing the
+    rest (by records) (2, 7 and 1 on the Python paths); one INFO line closes the run.
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -724,7 +725,8 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     stage = Stage(log, f"instances {outputs[0].name}{more}" + (f" ({reason})" if reason else ""))
     progress = throttle(progress)
     total = sum(_size(p) for p in input_files)
-    read_end, generate_end = total * _READ_TENTHS // 10, total * (_READ_TENTHS + _GENERATE_TENTHS) // 10
+    read_tenths, generate_tenths = _TENTHS_PYTHON if reason else _TENTHS_COMPILED
+    read_end, generate_end = total * read_tenths // 10, total * (read_tenths + generate_tenths) // 10
     vocab, corpus = prepare(input_files, vocab_file, opts, part_of(progress, 0, read_end, total))
     rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
