@@ -43,7 +43,9 @@ endif
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The editable install also builds the optional C extension wikiprep/_speedups*.so in place (setup.py),
+# again whenever its source changes; without a C compiler it is skipped and the Python paths run.
+$(STAMP): pyproject.toml setup.py wikiprep/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

@@ -1,14 +1,17 @@
 """Time wikiprep's BERT instance generator against the original algorithm on one core.
 
-    .venv/bin/python benchmarks/bench_instances.py                    # ~20 MB built from the fixtures
-    .venv/bin/python benchmarks/bench_instances.py --input big.txt --size-mb 0 --reference
+    taskset -c 1 .venv/bin/python benchmarks/bench_instances.py --reference   # ~20 MB built from the fixtures
+    .venv/bin/python benchmarks/bench_instances.py --input big.txt --python --phases
 
-Reports input MB/s, instances/s and peak RSS (ru_maxrss) of `create_pretraining_file` at
+Reports input MB/s, instances/s and peak RSS (VmHWM) of `create_pretraining_file` at
 seq 128 / 20 predictions / dupe 5 (by default), run in a fresh subprocess so peak memory is
-its own. With `--reference` it also times `testkit.reference_bert.reference_instances` (a plain
-port of google-research/bert's create_pretraining_data.py, standing in for the original, which
-needs TensorFlow 1.x) on the same input in another subprocess and checks that both give the same
-instances.
+its own, on the compiled paths (`wikiprep._speedups`; the line says when they are not built).
+With `--python` it also times the pure-Python paths (WIKIPREP_PURE_PYTHON=1) and checks they
+write the same records. With `--reference` it also times `testkit.reference_bert.reference_instances`
+(a plain port of google-research/bert's create_pretraining_data.py, standing in for the original,
+which needs TensorFlow 1.x) on the same input in another subprocess and checks that both give the
+same instances. `--repeat N` runs each timed child N times and reports the fastest (the machine may
+be shared). `--phases` times the writer's stages one after another, in CPU seconds.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +72,7 @@ def _child(args) -> None:
 
         out = Path(args.workdir) / "bench.tfrecord"
         stats = create_pretraining_file([args.input], args.vocab, str(out), str(out.with_suffix(".index")),
-                                        GenerationOptions(**flags))
+                                        GenerationOptions(**flags), overwrite=True)
         instances = stats["instances"]
     else:
         from testkit.reference_bert import reference_instances
@@ -76,15 +80,34 @@ def _child(args) -> None:
         feats = reference_instances([args.input], args.vocab, **flags)
         instances = len(feats)
     wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
-    max_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    max_rss = _peak_rss_mb()
     digest = _digest_file(out) if args.child == "wikiprep" else _digest_features(feats)
-    print(json.dumps({"wall": wall, "cpu": cpu, "instances": instances, "digest": digest, "max_rss_mb": max_rss}))
+    try:
+        from wikiprep.speedups import python_reason
+    except ImportError:  # a checkout from before the compiled paths
+        def python_reason():
+            return "pure Python: a checkout without wikiprep.speedups"
+    print(json.dumps({"wall": wall, "cpu": cpu, "instances": instances, "digest": digest, "max_rss_mb": max_rss,
+                      "python": python_reason()}))
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident set since it started (VmHWM). Not ru_maxrss: Linux carries that over
+    exec from the memory the child had when forked, here the parent's with its 20 MB input in it."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _phases(args) -> None:
     """Where the time goes: the writer's stages one after another, CPU seconds each (in this process)."""
-    from shardkit.records import RecordWriter
-    from wikiprep import instances
+    from shardkit.records import record_writers
+    from wikiprep import instances, speedups
     from wikiprep.options import GenerationOptions
     from wikiprep.tokenization import Vocab
 
@@ -95,19 +118,24 @@ def _phases(args) -> None:
     vocab = Vocab(args.vocab)
     corpus = instances.read_corpus([args.input], vocab)
     t1 = clock()
-    instances.generate(corpus, vocab, opts, random.Random(flags["random_seed"]), lambda *inst: None)
-    t2 = clock()
-    encoder, records = instances.InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq), []
-    instances.generate(corpus, vocab, opts, random.Random(flags["random_seed"]),
-                        lambda *inst: records.append(encoder.encode(*inst)))
-    t3 = clock() - (t2 - t1)
-    with RecordWriter(Path(args.workdir) / "phases.tfrecord", Path(args.workdir) / "phases.index") as w:
-        for data in records:
-            w.write(data)
-    t4 = clock() - (t2 - t1)
-    n = len(records)
-    print(json.dumps({"read+tokenize": t1 - t0, "generate (rng, pairs, masks)": t2 - t1,
-                      "encode records": t3 - t2, "RecordWriter (frame, CRC, index)": t4 - t3, "instances": n}))
+    rng = random.Random(flags["random_seed"])
+    stats = instances._Stats(opts.max_seq_length, opts.max_predictions_per_seq)
+    offsets = array("q", [0])
+    work = Path(args.workdir)
+    with open(work / "phases.spill", "w+b", buffering=1 << 20) as spill:
+        instances.spill_instances(corpus, vocab, opts, rng,
+                                  instances.InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq),
+                                  spill, offsets, stats)
+        spill.flush()
+        t2 = clock()
+        order = array("q", range(len(offsets) - 1))
+        speedups.shuffle(rng, order)
+        t3 = clock()
+        with record_writers([work / "phases.tfrecord"], [work / "phases.index"], overwrite=True) as writers:
+            instances._copy_records(writers, order, offsets, spill.fileno())
+        t4 = clock()
+    print(json.dumps({"read+tokenize": t1 - t0, "generate+encode+frame (spill)": t2 - t1,
+                      "final shuffle": t3 - t2, "copy-out (+fsync)": t4 - t3, "instances": len(order)}))
 
 
 def _digest_features(feats) -> str:
@@ -131,13 +159,24 @@ def _digest_file(path: Path) -> str:
     return _digest_features(feats)
 
 
-def _run_child(kind: str, args, flags: dict, workdir: str) -> dict:
+def _run_child(kind: str, args, flags: dict, workdir: str, python: bool = False) -> dict:
+    """The fastest of `args.repeat` runs of one child (wall time; the machine may be shared)."""
     cmd = [sys.executable, __file__, "--child", kind, "--child-flags", json.dumps(flags), "--input", args.input,
            "--vocab", args.vocab, "--workdir", workdir]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise SystemExit(f"{kind} run failed:\n{res.stderr}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    env = dict(os.environ)
+    env.pop("WIKIPREP_PURE_PYTHON", None)
+    if python:
+        env["WIKIPREP_PURE_PYTHON"] = "1"
+    runs = []
+    for _ in range(max(1, args.repeat) if kind != "phases" else 1):
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if res.returncode != 0:
+            raise SystemExit(f"{kind} run failed:\n{res.stderr}")
+        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    best = min(runs, key=lambda r: r.get("wall", 0))
+    if len(runs) > 1:
+        best["walls"] = sorted(r["wall"] for r in runs)
+    return best
 
 
 def main(argv=None) -> int:
@@ -151,7 +190,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--whole-word-mask", action="store_true")
     p.add_argument("--reference", action="store_true", help="also time the ported original (slow) and compare")
+    p.add_argument("--python", action="store_true", help="also time the pure-Python paths and compare")
     p.add_argument("--phases", action="store_true", help="also time each stage separately (CPU seconds)")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each timed child; the fastest is reported")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-flags", help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -171,24 +212,36 @@ def main(argv=None) -> int:
         size = os.path.getsize(args.input)
         print(f"input {args.input}: {size / 1e6:.2f} MB; flags {flags}")
         runs = {"wikiprep": _run_child("wikiprep", args, flags, workdir)}
+        if args.python:
+            runs["python"] = _run_child("wikiprep", args, flags, workdir, python=True)
         if args.reference:
             runs["reference"] = _run_child("reference", args, flags, workdir)
         for kind, r in runs.items():
+            walls = f" (runs: {', '.join(f'{w:.2f}' for w in r['walls'])} s)" if "walls" in r else ""
             print(f"{kind:>9}: {r['wall']:7.2f} s wall, {r['cpu']:7.2f} s cpu, {size / 1e6 / r['wall']:6.2f} MB/s, "
                   f"{r['instances'] / r['wall']:8.0f} instances/s, {r['instances']} instances, "
-                  f"peak RSS {r['max_rss_mb']:.0f} MB")
+                  f"peak RSS {r['max_rss_mb']:.0f} MB{walls}")
+            if r.get("python") and kind == "wikiprep":
+                print(f"           ({r['python']})")
         if args.phases:
             ph = _run_child("phases", args, flags, workdir)
             n = ph.pop("instances")
             total = sum(ph.values())
             for stage, sec in ph.items():
                 print(f"  {stage:<34} {sec:6.2f} s cpu {100 * sec / total:5.1f}%  {1e6 * sec / n:6.1f} us/instance")
+        failed = False
+        if args.python:
+            same = runs["wikiprep"]["digest"] == runs["python"]["digest"]
+            print(f"compiled / pure Python: {runs['python']['wall'] / runs['wikiprep']['wall']:.1f}x wall, "
+                  f"{runs['python']['cpu'] / runs['wikiprep']['cpu']:.1f}x cpu; same records: {same}")
+            failed |= not same
         if args.reference:
             same = runs["wikiprep"]["digest"] == runs["reference"]["digest"]
             print(f"speed-up {runs['reference']['wall'] / runs['wikiprep']['wall']:.1f}x wall, "
                   f"{runs['reference']['cpu'] / runs['wikiprep']['cpu']:.1f}x cpu; same instances: {same}")
-            if not same:
-                return 1
+            failed |= not same
+        if failed:
+            return 1
     return 0
 
 

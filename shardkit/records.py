@@ -69,6 +69,20 @@ class RecordWriter:
         self._offset += len(framed)
         self.count += 1
 
+    def write_framed(self, framed: bytes, index_lines: bytes, count: int) -> None:
+        """`count` records framed already (`frame_record`'s bytes, one after another) and their index lines,
+        offsets counted from `self.offset`: a copy of records made and framed elsewhere, a block at a time."""
+        self._f.write(framed)
+        if self._index is not None:
+            self._index.write(index_lines)
+        self._offset += len(framed)
+        self.count += count
+
+    @property
+    def offset(self) -> int:
+        """Bytes written so far: where the next record starts."""
+        return self._offset
+
     def __exit__(self, exc_type, exc, tb):
         self._ctx.__exit__(exc_type, exc, tb)
         return False

@@ -11,6 +11,8 @@ Modules (plain library code, no Luigi, no Keras):
   schema        BERT_INSTANCE, HDF5_DTYPES, REMASK_INSTANCE: a record's features in each layout, declared once
   instances     BERT instances (masked LM + next sentence) as the original generator makes them, written as
                 TFRecords, Graphcore's remask TFRecords or NVIDIA's HDF5
+  speedups      which implementation of the instance writer's loops runs: Python, or their compiled twins in
+                _speedups.c (an optional C extension; the same bytes)
   hdf5          NVIDIA's HDF5 layout: the deterministic, chunked writer and the reader
   remask        Graphcore's static-mask layout: the rearrangement, what fits it, and its inverse
   reader        record files of every layout read back: found, their dimensions, read as standard batches, shown

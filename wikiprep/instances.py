@@ -14,13 +14,19 @@ by step; comments mark each draw. The call order is:
      token random() < 0.8 [then random() < 0.5 [then randint(0, V-1)]].
   3. shuffle(instances)
 
-What differs is the representation, not the result. The corpus is one flat list of tokens with
-sentence and document offsets, and segments are index ranges into it. A token is held as the
-protobuf varint encoding of its id, one shared `bytes` object per vocab entry (8 bytes of list
-per token), so an instance's `input_ids` field is a single `b"".join`. Each finished instance is
-encoded at once and spilled to a temporary file beside the output; memory holds the corpus and
-a few bytes per instance where the original holds every instance as lists of strings. The
-final shuffle permutes record offsets.
+What differs is the representation, not the result. The corpus is one flat array of token ids
+(int32s) with sentence and document offsets, and segments are index ranges into it. Each finished
+instance is encoded at once (TFRecords framed too) and spilled to a temporary file beside the
+output; memory holds the corpus and a few bytes per instance where the original holds every
+instance as lists of strings. The final shuffle permutes record offsets, and the copy-out reads
+the spilled records in that order.
+
+Two implementations do this, with the same bytes (tests/test_speedups.py): the Python functions
+here (`generate`, whose tokens are the ids' varints, one shared `bytes` object per vocab entry, so
+an instance's `input_ids` field is one `b"".join`, and the layouts' encoders), and their compiled
+twins in `_speedups.c`, which consume the Mersenne Twister of a copy of `random.Random`'s state
+word for word as these do and hand the state back (`speedups` picks; WIKIPREP_PURE_PYTHON=1
+forces Python).
 
 `fixed_mask_count=True` is Graphcore's variant (a full-length sequence always gets exactly
 `max_predictions_per_seq` masks); it changes how many tokens are masked, not the draw order.
@@ -46,9 +52,9 @@ from shardkit.atomic import temp_path
 from shardkit.errors import PrepError
 from shardkit.example import encode_example, varint
 from shardkit.progress import Progress, Stage, part_of, throttle
-from shardkit.records import record_writers
+from shardkit.records import frame_record, record_writers
 
-from . import hdf5, remask
+from . import hdf5, remask, speedups
 from .options import GenerationOptions
 from .schema import BERT_INSTANCE, PAD_POSITION_VALUE, PRED, SEQ
 from .tokenization import FullTokenizer, Vocab
@@ -70,13 +76,13 @@ class Corpus:
     """Every non-empty document of the input, tokenized: one flat token list plus offsets.
 
     Sentence s is `tokens[sentence_starts[s]:sentence_starts[s + 1]]`; document d (input order)
-    holds sentences `doc_starts[d]` up to `doc_starts[d + 1]`. Tokens are `table[id]`, the
-    varint encodings of the ids (`id_of` maps them back).
+    holds sentences `doc_starts[d]` up to `doc_starts[d + 1]`. Tokens are ids (int32s, 4 bytes
+    each); `table[id]` is the varint encoding of an id, which the pure-Python generator joins.
     """
 
     def __init__(self, table: list[bytes]):
         self.table = table
-        self.tokens: list[bytes] = []
+        self.tokens = array("i")
         self.sentence_starts = array("q", [0])
         self.doc_starts = array("q", [0])
         self.files: list[str] = []
@@ -109,11 +115,11 @@ def _check_text_file(path: str, head: bytes) -> None:
         raise PrepError(f"{path}: not UTF-8 text (over 10% of its first 64 KiB does not decode)")
 
 
-def _lines(path: str, counter: list[int], on_block: Callable[[], None] | None = None) -> Iterator[str]:
-    """Lines of `path` as the original reads them with `tf.gfile.GFile.readline`: split on '\\n'
-    only, every '\\r' byte dropped (TensorFlow's ReadLine never returns one), decoded as UTF-8
-    (bad bytes dropped, as `convert_to_unicode` does). Adds the bytes read to `counter[0]`, then calls
-    `on_block()` (when given) once per block of 4 MiB read."""
+def _line_blocks(path: str, counter: list[int], on_block: Callable[[], None] | None = None) -> Iterator[list[str]]:
+    """The lines of `path`, a list per block of 4 MiB read, as the original reads them with
+    `tf.gfile.GFile.readline`: split on '\\n' only, every '\\r' byte dropped (TensorFlow's ReadLine never
+    returns one), decoded as UTF-8 (bad bytes dropped, as `convert_to_unicode` does). Adds the bytes read
+    to `counter[0]`, then calls `on_block()` (when given) once per block."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -139,11 +145,38 @@ def _lines(path: str, counter: list[int], on_block: Callable[[], None] | None = 
             text = tail + decoder.decode(block.replace(b"\r", b""), final=not block)
             if not block:
                 if text:
-                    yield text
+                    yield [text]
                 return
             lines = text.split("\n")
             tail = lines.pop()
-            yield from lines
+            yield lines
+
+
+def _tokenize_lines(lines: list[str], encode_packed: Callable[[str], bytes], n_tokens: int, n_sentences: int,
+                    last_doc_start: int) -> tuple[bytes, bytes, bytes]:
+    """read_corpus's loop over a block of lines, counting on from the corpus so far (its tokens, its
+    sentences, the first sentence of its last document): (the new token ids, packed int32s; the token
+    count at each new sentence's end and the sentence count at each new document's start, packed int64s).
+
+    A line is stripped; a blank one ends a non-empty document, one giving no tokens is skipped.
+    `_speedups.LineTokenizer` is the compiled twin (the same result).
+    """
+    ids: list[bytes] = []
+    sentence_ends, doc_starts = array("q"), array("q")
+    for line in lines:
+        line = line.strip()
+        if not line:
+            if n_sentences > last_doc_start:  # a blank line ends a non-empty document
+                last_doc_start = n_sentences
+                doc_starts.append(n_sentences)
+            continue
+        packed = encode_packed(line)
+        if packed:
+            ids.append(packed)
+            n_tokens += len(packed) // 4
+            n_sentences += 1
+            sentence_ends.append(n_tokens)
+    return b"".join(ids), sentence_ends.tobytes(), doc_starts.tobytes()
 
 
 def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = True,
@@ -156,7 +189,14 @@ def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = 
     """
     corpus = Corpus(varint_table(vocab.size))
     tokens, sent_starts, doc_starts = corpus.tokens, corpus.sentence_starts, corpus.doc_starts
-    encode = FullTokenizer(vocab, do_lower_case, token_table=corpus.table).encode
+    tokenizer = FullTokenizer(vocab, do_lower_case)
+    fast = speedups.compiled()
+    if fast is not None:
+        tokenize = fast.LineTokenizer(tokenizer.chunk_packed, tokenizer.fill, tokenizer.cache, tokenizer.clean_table,
+                                      tokenizer.cache_size).tokenize
+    else:
+        def tokenize(lines, n_tokens, n_sentences, last_doc_start):
+            return _tokenize_lines(lines, tokenizer.encode_packed, n_tokens, n_sentences, last_doc_start)
     counter = [0]
     total = sum(_size(p) for p in input_files)
     on_block = None if progress is None else lambda: progress(min(counter[0], total), total)
@@ -164,16 +204,11 @@ def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = 
         path = os.fspath(path)
         corpus.files.append(path)
         try:
-            for line in _lines(path, counter, on_block):
-                line = line.strip()
-                if not line:
-                    if len(sent_starts) - 1 > doc_starts[-1]:  # a blank line ends a non-empty document
-                        doc_starts.append(len(sent_starts) - 1)
-                    continue
-                line_tokens = encode(line)
-                if line_tokens:
-                    tokens += line_tokens
-                    sent_starts.append(len(tokens))
+            for lines in _line_blocks(path, counter, on_block):
+                ids, sentence_ends, new_docs = tokenize(lines, len(tokens), len(sent_starts) - 1, doc_starts[-1])
+                tokens.frombytes(ids)
+                sent_starts.frombytes(sentence_ends)
+                doc_starts.frombytes(new_docs)
         except PrepError as e:
             if path in str(e):
                 raise
@@ -204,7 +239,6 @@ Emit = Callable[[list, int, int, list, list, bool], None]
 _FULL_TABLE = 1024
 _KEEP_BYTES = 1024  # an `_OnDemand` table keeps values up to this size (at most ~0.5 MB of runs)
 _PROGRESS_DOCS = 64  # generate reports its progress every this many documents
-_PROGRESS_RECORDS = 4096  # the copy-out, every this many records
 
 
 class _OnDemand(dict):
@@ -240,12 +274,12 @@ def _split_shuffle_steps(steps: list[tuple[int, int]], n: int, keep: int) -> tup
     return steps[n - 1:k - 1:-1], steps[min(n, k) - 1:0:-1]
 
 
-def _shuffled_documents(corpus: Corpus, rng: random.Random) -> tuple[list[int], list[int]]:
-    """(first sentence, sentence count) of every document, after the original's shuffle."""
-    order = list(range(corpus.num_documents))
-    rng.shuffle(order)  # draw: shuffle(all_documents)
+def _shuffled_documents(corpus: Corpus, rng: random.Random) -> tuple[array, array]:
+    """(first sentence, sentence count) of every document, after the original's shuffle (int64 arrays)."""
+    order = array("q", range(corpus.num_documents))
+    speedups.shuffle(rng, order)  # draw: shuffle(all_documents)
     starts = corpus.doc_starts
-    return [starts[d] for d in order], [starts[d + 1] - starts[d] for d in order]
+    return array("q", [starts[d] for d in order]), array("q", [starts[d + 1] - starts[d] for d in order])
 
 
 def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random, emit: Emit,
@@ -262,9 +296,9 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
     """
     doc_first, doc_len = _shuffled_documents(corpus, rng)
     n_docs = len(doc_first)
-    tokens_all = corpus.tokens
-    starts = corpus.sentence_starts
     table = corpus.table
+    tokens_all = list(map(table.__getitem__, corpus.tokens))  # varints: an instance's input_ids are one join
+    starts = corpus.sentence_starts
     max_num_tokens = opts.max_seq_length - 3
     seq_len = opts.max_seq_length
     max_pred = opts.max_predictions_per_seq
@@ -553,22 +587,23 @@ def _size(path: str | os.PathLike) -> int:
         return 0
 
 
-# How a writer's time splits between its phases (benchmarks/bench_instances.py --phases, seq 128, dupe 5:
-# 19% reading and tokenizing, 71% generating and encoding, 10% copying out), in tenths of its progress.
-_READ_TENTHS, _GENERATE_TENTHS = 2, 7
+# How a writer's time splits between its phases, in tenths of its progress: reading and tokenizing, then
+# generating and encoding, the rest copying out (benchmarks/bench_instances.py --phases, seq 128, dupe 5:
+# compiled 32%, 44%, 23%; Python 19%, 71%, 10%).
+_TENTHS_COMPILED, _TENTHS_PYTHON = (3, 5), (2, 7)
 
 
 class _Stats:
-    """Counters the writer's emit callback updates in place: lengths, mask counts, [actual, random] next."""
+    """Counters the generator updates in place (int64 arrays): lengths, mask counts, [actual, random] next."""
 
     def __init__(self, seq_len: int, max_pred: int):
         self.seq_len = seq_len
-        self.random_next = [0, 0]
-        self.lengths = [0] * (seq_len + 1)
-        self.masked = [0] * (max_pred + 1)
+        self.random_next = array("q", [0, 0])
+        self.lengths = array("q", bytes(8 * (seq_len + 1)))
+        self.masked = array("q", bytes(8 * (max_pred + 1)))
 
     def report(self, corpus: Corpus, vocab: Vocab) -> dict:
-        unk = corpus.tokens.count(corpus.table[vocab.unk_id]) if vocab.unk_id is not None else 0
+        unk = corpus.tokens.count(vocab.unk_id) if vocab.unk_id is not None else 0
         return {
             "input_files": len(corpus.files),
             "input_bytes": corpus.bytes_read,
@@ -671,8 +706,8 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     an existing output is never replaced: identical is accepted, different refused (`shardkit.atomic`).
 
     `progress(done, total)` counts the input's bytes, spread over the run's phases as their time is:
-    reading the first 2 tenths, generating the next 7 (by documents of every dupe pass), writing the
-    last (by records); one INFO line closes the run.
+    reading the first 3 tenths, generating the next 5 (by documents of every dupe pass), writing the
+    rest (by records) (2, 7 and 1 on the Python paths); one INFO line closes the run.
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -686,10 +721,12 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
         input_files = [input_files]
     check_output_paths(input_files, vocab_file, outputs, indexes)
     more = f" and {len(outputs) - 1} more" if len(outputs) > 1 else ""
-    stage = Stage(log, f"instances {outputs[0].name}{more}")
+    reason = speedups.python_reason()  # the closing line says when the (several times slower) Python paths ran
+    stage = Stage(log, f"instances {outputs[0].name}{more}" + (f" ({reason})" if reason else ""))
     progress = throttle(progress)
     total = sum(_size(p) for p in input_files)
-    read_end, generate_end = total * _READ_TENTHS // 10, total * (_READ_TENTHS + _GENERATE_TENTHS) // 10
+    read_tenths, generate_tenths = _TENTHS_PYTHON if reason else _TENTHS_COMPILED
+    read_end, generate_end = total * read_tenths // 10, total * (read_tenths + generate_tenths) // 10
     vocab, corpus = prepare(input_files, vocab_file, opts, part_of(progress, 0, read_end, total))
     rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
@@ -708,34 +745,19 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
         # Every output's and index's temporary is opened first: one that cannot be written fails
         # before the work, and none is committed unless all are complete.
         with writers_of_outputs as writers, open(spill_path, "w+b", buffering=1 << 20) as spill:
-            write, encode, offset = spill.write, encoder.encode, offsets.append
-            lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next
-
-            def emit(tokens, la, lb, positions, labels, is_random):
-                offset(offsets[-1] + write(encode(tokens, la, lb, positions, labels, is_random)))
-                lengths[len(tokens)] += 1
-                masked[len(positions)] += 1
-                random_next[is_random] += 1
-
-            generate(corpus, vocab, opts, rng, emit, part_of(progress, read_end, generate_end, total))
+            spill_instances(corpus, vocab, opts, rng, encoder, spill, offsets, stats,
+                            part_of(progress, read_end, generate_end, total))
             report = stats.report(corpus, vocab)
             del corpus  # not needed while the records are copied out
             spill.flush()
             order = array("q", range(len(offsets) - 1))
-            rng.shuffle(order)  # draw: shuffle(instances)
+            speedups.shuffle(rng, order)  # draw: shuffle(instances)
             # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
-            fd, pread = spill.fileno(), os.pread
             copied = part_of(progress, generate_end, total, total)
             if fmt == HDF5:
-                _write_hdf5_files(writers, encoder, dims, order, offsets, fd, copied)
+                _write_hdf5_files(writers, encoder, dims, order, offsets, spill.fileno(), copied)
             else:
-                writes = [w.write for w in writers]
-                n_out, n = len(writes), len(order)
-                for k, inst in enumerate(order):
-                    if not k % _PROGRESS_RECORDS and copied is not None:
-                        copied(k, n)
-                    start = offsets[inst]
-                    writes[k % n_out](pread(fd, offsets[inst + 1] - start, start))
+                _copy_records(writers, order, offsets, spill.fileno(), copied)
     finally:
         with contextlib.suppress(FileNotFoundError):
             spill_path.unlink()
@@ -743,6 +765,111 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
         progress(total, total)
     stage.finish(report["instances"], "instances", report["input_bytes"])
     return report
+
+
+def spill_instances(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random,
+                    encoder: InstanceEncoder | remask.RemaskEncoder | hdf5.InstanceRows, spill, offsets: array,
+                    stats: _Stats, progress: Progress | None = None) -> None:
+    """Every instance, in creation order, encoded by `encoder` (TFRecords framed) and written to `spill`,
+    each one's end offset appended to `offsets`, `stats` counted; `rng` left where the original's is
+    before its final shuffle. `progress` as `generate`'s.
+
+    The compiled generator (`speedups`) when built, else `generate` with the encoder: the same bytes.
+    """
+    fast = speedups.compiled_rng(rng)
+    if fast is not None and corpus.num_documents < 1 << 32 and vocab.size < 1 << 28:  # the C side's bounds
+        _spill_compiled(fast, corpus, vocab, opts, rng, encoder, spill, offsets, stats, progress)
+        return
+    write, encode, offset = spill.write, encoder.encode, offsets.append
+    frame = None if isinstance(encoder, hdf5.InstanceRows) else frame_record
+    lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next
+
+    def emit(tokens, la, lb, positions, labels, is_random):
+        data = encode(tokens, la, lb, positions, labels, is_random)
+        offset(offsets[-1] + write(data if frame is None else frame(data)))
+        lengths[len(tokens)] += 1
+        masked[len(positions)] += 1
+        random_next[is_random] += 1
+
+    generate(corpus, vocab, opts, rng, emit, progress)
+
+
+_SPILL_BATCH_BYTES = 1 << 20  # the compiled generator hands over whole documents' records in batches of ~1 MiB
+_COPY_BYTES = 1 << 22  # the copy-out reads this much of the spill per call
+
+
+def _spill_compiled(fast, corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random, encoder,
+                    spill, offsets: array, stats: _Stats, progress: Progress | None) -> None:
+    """spill_instances through `_speedups.Generator`: `generate` and the encoder in C, on a copy of `rng`'s state."""
+    doc_first, doc_len = _shuffled_documents(corpus, rng)
+    if isinstance(encoder, hdf5.InstanceRows):
+        layout, pad_position = 2, 0
+    elif isinstance(encoder, remask.RemaskEncoder):
+        layout, pad_position = 1, encoder.pad_position
+    else:
+        layout, pad_position = 0, 0
+    version, state, gauss = rng.getstate()
+    generator = fast.Generator(
+        tokens=corpus.tokens, sentence_starts=corpus.sentence_starts, doc_first=doc_first, doc_len=doc_len,
+        state=state, layout=layout, max_seq_length=opts.max_seq_length,
+        max_predictions_per_seq=opts.max_predictions_per_seq, masked_lm_prob=opts.masked_lm_prob,
+        short_seq_prob=opts.short_seq_prob, dupe_factor=opts.dupe_factor, fixed_mask_count=opts.fixed_mask_count,
+        do_whole_word_mask=opts.do_whole_word_mask, cls_id=vocab.cls_id, sep_id=vocab.sep_id,
+        mask_id=vocab.mask_id, replacements=array("i", vocab.word_ids()), continuation=vocab.continuation_flags(),
+        lengths=stats.lengths, masked=stats.masked, random_next=stats.random_next, framed=layout != 2,
+        pad_position=varint(pad_position), misfit_error=PrepError)
+    total = opts.dupe_factor * corpus.num_documents
+    spill.flush()  # the generator writes to its descriptor, after whatever the file object holds
+    fd = spill.fileno()
+    while (ends := generator.run(fd, _SPILL_BATCH_BYTES)) is not None:
+        offsets.frombytes(ends)
+        if progress is not None:
+            progress(generator.documents_done, total)
+    rng.setstate((version, generator.state(), gauss))
+
+
+def _gather(fd: int, offsets: array, order: array, start: int, stop: int, step: int, file_offset: int,
+            max_bytes: int) -> tuple[bytes, bytes, int]:
+    """The spilled records order[start:stop:step] (record i is bytes offsets[i]:offsets[i + 1] of `fd`), read
+    one after another until at least `max_bytes` are, with their index lines counted from `file_offset`;
+    and the first k not read."""
+    data: list[bytes] = []
+    index: list[bytes] = []
+    size, k, pread = 0, start, os.pread
+    while k < stop and (size < max_bytes or not data):
+        inst = order[k]
+        begin, length = offsets[inst], offsets[inst + 1] - offsets[inst]
+        data.append(pread(fd, length, begin))
+        index.append(b"%d %d\n" % (file_offset + size, length))
+        size += length
+        k += step
+    return b"".join(data), b"".join(index), min(k, stop)
+
+
+def _copy_records(writers: list, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
+    """Spilled framed record `order[k]` to writer k mod n (empty writers), each writer's in blocks of about
+    _COPY_BYTES (`progress(done, total)` in records, per block). The compiled `copy_shuffled` reads the spill
+    front to back instead of once per record, and overwrites it."""
+    n_out, total = len(writers), len(order)
+    done = 0
+
+    def write(j: int, data: bytes, index_lines: bytes, count: int) -> None:
+        nonlocal done
+        if progress is not None:
+            progress(done, total)
+        writers[j].write_framed(data, index_lines, count)
+        done += count
+
+    fast = speedups.compiled()
+    if fast is not None:
+        fast.copy_shuffled(fd, offsets, order, n_out, _COPY_BYTES, write)
+        return
+    for j, writer in enumerate(writers):
+        k = j
+        while k < total:
+            data, index_lines, after = _gather(fd, offsets, order, k, total, n_out, writer.offset, _COPY_BYTES)
+            write(j, data, index_lines, len(range(k, after, n_out)))
+            k = after
 
 
 def _write_hdf5_files(files: hdf5.HDF5Files, rows: hdf5.InstanceRows, dims: dict[str, int], order: array,

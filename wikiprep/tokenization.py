@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from array import array
 from pathlib import Path
 
 from shardkit.errors import PrepError
@@ -164,55 +165,54 @@ class Vocab:
 class FullTokenizer:
     """Google's BasicTokenizer + WordpieceTokenizer over a `Vocab`, returning token ids.
 
-    With `token_table`, `encode` returns `token_table[id]` instead of each id (e.g. the ids'
-    protobuf varints, which is what the instance generator keeps). `cache_size` bounds the chunk
-    cache (entries); when full it is emptied and refilled, which costs time, never correctness.
+    `encode_packed` gives a line's ids as packed int32s (`array("i")` bytes: what the instance
+    generator's corpus holds), `encode` as a list of ints. `cache_size` bounds the chunk cache
+    (entries); when full it is emptied and refilled, which costs time, never correctness. The
+    compiled `LineTokenizer` (`speedups`) keeps its own table of printable-ASCII chunks (filled by
+    `chunk_packed`) and reads this cache for the others, calling `fill` on a miss.
     """
 
-    def __init__(self, vocab: Vocab, do_lower_case: bool = True, cache_size: int = 300_000,
-                 token_table: list | None = None):
+    def __init__(self, vocab: Vocab, do_lower_case: bool = True, cache_size: int = 300_000):
         self.vocab = vocab
         self.do_lower_case = bool(do_lower_case)
         self.cache_size = cache_size
-        self.token_table = token_table
-        self._cache: dict[str, tuple] = {}  # whitespace-separated chunk -> its tokens
+        self.cache: dict[str, bytes] = {}  # whitespace-separated chunk -> its ids, packed int32s
         self._word_cache: dict[str, tuple[int, ...]] = {}  # word (after the punctuation split) -> its ids
-        self._table = _CLEAN_TABLE
+        self.clean_table = _CLEAN_TABLE
         self._max_len = max(len(t) for t in vocab.ids)
 
     # -- public -------------------------------------------------------------------------------
 
-    def encode(self, line: str) -> list:
+    def encode(self, line: str) -> list[int]:
         """Token ids of one line of text (what the original's `tokenize` + `convert_tokens_to_ids` give)."""
-        if not (line.isascii() and line.isprintable()):
-            line = line.translate(self._table)
-        cache = self._cache
-        out: list = []
-        try:
-            for chunk in line.split():
-                out += cache[chunk]
-        except KeyError:
-            return self._encode_filling_cache(line.split())
-        return out
+        return array("i", self.encode_packed(line)).tolist()
 
-    def _encode_filling_cache(self, chunks: list[str]) -> list:
-        cache = self._cache
-        if len(cache) + len(chunks) > self.cache_size or len(self._word_cache) > self.cache_size:
-            cache.clear()
+    def encode_packed(self, line: str) -> bytes:
+        """`encode(line)` as packed int32s."""
+        if not (line.isascii() and line.isprintable()):
+            line = line.translate(self.clean_table)
+        cache = self.cache
+        try:
+            return b"".join([cache[chunk] for chunk in line.split()])
+        except KeyError:
+            fill = self.fill
+            return b"".join([ids if (ids := cache.get(chunk)) is not None else fill(chunk) for chunk in line.split()])
+
+    def fill(self, chunk: str) -> bytes:
+        """The ids of one whitespace-separated chunk, packed, computed and cached (caches emptied first when full)."""
+        if len(self.cache) >= self.cache_size:
+            self.cache.clear()
+        ids = self.cache[chunk] = self.chunk_packed(chunk)
+        return ids
+
+    def chunk_packed(self, chunk: str) -> bytes:
+        """The ids of one whitespace-separated chunk, packed, computed (not looked up in or added to `cache`)."""
+        if len(self._word_cache) >= self.cache_size:
             self._word_cache.clear()
-        out: list = []
-        for chunk in chunks:
-            ids = cache.get(chunk)
-            if ids is None:
-                ids = self._chunk_ids(chunk)
-                if self.token_table is not None:
-                    ids = tuple(self.token_table[i] for i in ids)
-                cache[chunk] = ids
-            out += ids
-        return out
+        return array("i", self._chunk_ids(chunk)).tobytes()
 
     def tokenize(self, line: str) -> list[str]:
-        """Word pieces as strings, for inspection and tests (a tokenizer without `token_table`)."""
+        """Word pieces as strings, for inspection and tests."""
         return self.vocab.tokens(self.encode(line))
 
     # -- one whitespace-separated chunk ------------------------------------------------------

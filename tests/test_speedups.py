@@ -1,0 +1,249 @@
+"""wikiprep._speedups against the Python paths it stands in for: the same bytes, layout by layout, option by option.
+
+Each comparison runs the real writer twice on the same input, once with WIKIPREP_PURE_PYTHON=1 (the Python
+generator, encoders, tokenizer loop and copy-out) and once without (the C extension), and compares every
+output and index file byte for byte; the reference fixtures pin both to google-research/bert's instances.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import shlex
+import shutil
+import sysconfig
+from array import array
+from pathlib import Path
+
+import crc32c as crc32c_package
+import pytest
+
+from shardkit.errors import PrepError
+from shardkit.records import read_records
+from testkit.instances import encode_features
+from wikiprep import instances, remask, speedups
+from wikiprep.instances import write_pretraining_files
+from wikiprep.options import GenerationOptions as Opts
+from wikiprep.tokenization import FullTokenizer, Vocab
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
+CASES = json.loads((FIXTURES / "cases.json").read_text())["cases"] if (FIXTURES / "cases.json").is_file() else []
+VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+SAMPLE, SYNTHETIC = FIXTURES / "inputs" / "sample_text.txt", FIXTURES / "inputs" / "synthetic_docs.txt"
+
+needs_extension = pytest.mark.skipif(not speedups.built(), reason="wikiprep._speedups is not built (no C compiler)")
+needs_fixtures = pytest.mark.skipif(not VOCAB.is_file(), reason=f"{FIXTURES} is absent")
+
+
+def _cc_found() -> bool:
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")[:1]
+    return bool(cc) and shutil.which(cc[0]) is not None
+
+
+@pytest.mark.skipif(not _cc_found(), reason="no C compiler here: the Python paths are what an install gives")
+def test_the_extension_is_built_where_a_compiler_is():
+    # pip skips an optional extension that fails to compile, with a warning nobody reads: here it fails instead.
+    assert speedups.built(), "make setup (pip install -e .) did not build wikiprep/_speedups.c"
+
+
+@needs_extension
+def test_the_environment_variable_forces_python(monkeypatch):
+    monkeypatch.setenv(speedups.PURE_PYTHON_ENV, "1")
+    assert speedups.compiled() is None and "WIKIPREP_PURE_PYTHON" in speedups.python_reason()
+    monkeypatch.setenv(speedups.PURE_PYTHON_ENV, "0")
+    assert speedups.compiled() is not None and speedups.python_reason() is None
+    assert speedups.compiled_rng(type("Mine", (random.Random,), {})(1)) is None  # a subclass may draw differently
+
+
+def _write(monkeypatch, pure: bool, folder: Path, inputs: list, vocab, opts: Opts, names: list[str],
+           indexed: bool = True, **kwargs) -> tuple[dict[str, bytes], dict]:
+    """Run the writer on one path; every file it wrote, by name, and its stats."""
+    if pure:
+        monkeypatch.setenv(speedups.PURE_PYTHON_ENV, "1")
+    else:
+        monkeypatch.delenv(speedups.PURE_PYTHON_ENV, raising=False)
+
+        def python_generator(*args, **kwargs):
+            raise AssertionError("the compiled run reached the Python generator")
+
+        monkeypatch.setattr(instances, "generate", python_generator)  # so the bytes compared are the C side's
+    folder.mkdir(parents=True)
+    outputs = [folder / n for n in names]
+    indexes = [folder / (n + ".index") for n in names] if indexed else None
+    stats = write_pretraining_files([str(p) for p in inputs], str(vocab), outputs, indexes, opts, **kwargs)
+    monkeypatch.undo()
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}, stats
+
+
+def _both(monkeypatch, tmp_path: Path, inputs: list, vocab, opts: Opts, names=("a.tfrecord", "b.tfrecord"),
+          **kwargs) -> dict[str, bytes]:
+    pure = _write(monkeypatch, True, tmp_path / "pure", inputs, vocab, opts, list(names), **kwargs)
+    fast = _write(monkeypatch, False, tmp_path / "compiled", inputs, vocab, opts, list(names), **kwargs)
+    assert fast[0].keys() == pure[0].keys()
+    for name in pure[0]:
+        assert fast[0][name] == pure[0][name], f"{name} differs"
+    assert fast[1] == pure[1]  # the stats
+    return fast[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference fixtures, both paths
+
+@needs_extension
+@needs_fixtures
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_both_paths_write_the_fixture_instances(monkeypatch, tmp_path, case):
+    with gzip.open(FIXTURES / "expected" / f"{case['name']}.jsonl.gz", "rt", encoding="utf-8") as f:
+        expected = [encode_features(json.loads(line)) for line in f]
+    files = _both(monkeypatch, tmp_path, [FIXTURES / p for p in case["input_files"]], VOCAB, Opts(**case["flags"]),
+                  names=["only.tfrecord"])
+    (tmp_path / "check.tfrecord").write_bytes(files["only.tfrecord"])
+    assert list(read_records(tmp_path / "check.tfrecord")) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Options and inputs the fixtures do not cover
+
+def _odd_input(path: Path) -> Path:
+    """Documents of one sentence, of one word, a long one, and text that is not printable ASCII."""
+    docs = ["Only one sentence here.", "Word", "x",
+            "\n".join(f"Sentence {i} of the long document, with a few more words than most." for i in range(60)),
+            "Ünïcödé wörds, CJK 漢字 and\ttabs\u00a0nbsp.\nA second line — with a dash.",
+            "one more\ntwo lines", "Résumé café naïve.", "last"]
+    path.write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+    return path
+
+
+def _tiny_vocab(path: Path, duplicate: bool = False) -> Path:
+    words = ["the", "old", "city", "river", "a", "of", "##s", "##ed", "##ing", "##e", "se", "##nt", "."]
+    lines = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words] + (["the", "##s"] if duplicate else [])
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+OPTION_SETS = {
+    "whole_word_128": dict(do_whole_word_mask=True, dupe_factor=2, random_seed=1),
+    "fixed_384": dict(max_seq_length=384, max_predictions_per_seq=56, fixed_mask_count=True, random_seed=2,
+                      short_seq_prob=0.0),
+    "short_always_64": dict(max_seq_length=64, max_predictions_per_seq=10, short_seq_prob=1.0, masked_lm_prob=0.5,
+                            random_seed=3, dupe_factor=3),
+    "cased_whole_word_512": dict(max_seq_length=512, max_predictions_per_seq=76, do_whole_word_mask=True,
+                                 do_lower_case=False, random_seed=4, dupe_factor=3),
+    "shortest_5": dict(max_seq_length=5, max_predictions_per_seq=20, random_seed=5),
+    "no_masks": dict(max_predictions_per_seq=0, masked_lm_prob=1.0, random_seed=6),
+    "every_token_fixed": dict(max_seq_length=32, max_predictions_per_seq=40, masked_lm_prob=1.0,
+                              fixed_mask_count=True, random_seed=7),
+}
+
+
+@needs_extension
+@needs_fixtures
+@pytest.mark.parametrize("name", OPTION_SETS)
+def test_both_paths_agree_on_every_option(monkeypatch, tmp_path, name):
+    inputs = [SAMPLE, _odd_input(tmp_path / "odd.txt"), SAMPLE]
+    files = _both(monkeypatch, tmp_path, inputs, VOCAB, Opts(**OPTION_SETS[name]), names=["a.tfrecord", "b.tfrecord",
+                                                                                         "c.tfrecord"])
+    assert all(files[n] for n in files)
+
+
+@needs_extension
+@needs_fixtures
+@pytest.mark.parametrize("flags", [dict(max_seq_length=384, max_predictions_per_seq=56, random_seed=2),
+                                   dict(max_seq_length=32, max_predictions_per_seq=29, masked_lm_prob=1.0,
+                                        random_seed=7, short_seq_prob=0.5)])
+def test_both_paths_agree_on_the_remask_layout(monkeypatch, tmp_path, flags):
+    opts = Opts(fixed_mask_count=True, **flags)
+    _both(monkeypatch, tmp_path, [SYNTHETIC, _odd_input(tmp_path / "odd.txt")], VOCAB, opts, layout=remask.REMASK,
+          pad_position_value=-1)
+
+
+@needs_extension
+@needs_fixtures
+@pytest.mark.parametrize("name", ["whole_word_128", "short_always_64"])
+def test_both_paths_agree_on_hdf5(monkeypatch, tmp_path, name):
+    files = _both(monkeypatch, tmp_path, [SAMPLE, SYNTHETIC], VOCAB, Opts(**OPTION_SETS[name]),
+                  names=["a.hdf5", "b.hdf5"], indexed=False)
+    assert files["a.hdf5"].startswith(b"\x89HDF")
+
+
+@needs_extension
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_both_paths_agree_on_a_tiny_vocabulary_and_one_document(monkeypatch, tmp_path, duplicate):
+    # Odd replacement counts (18 and 20 words) and ## pieces everywhere; one document, so a random next sentence
+    # is drawn from the same document after 10 tries.
+    vocab = _tiny_vocab(tmp_path / "vocab.txt", duplicate)
+    rng = random.Random(9)
+    words = ["the", "old", "city", "river", "a", "of", "olds", "cited", "rivering", "sent", "oldse", "zebra"]
+    text = tmp_path / "one.txt"
+    text.write_text("\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(1, 40))) + " ."
+                              for _ in range(80)) + "\n")
+    for whole_word in (False, True):
+        opts = Opts(max_seq_length=48, max_predictions_per_seq=7, do_whole_word_mask=whole_word, dupe_factor=4,
+                    short_seq_prob=0.3, random_seed=11)
+        _both(monkeypatch, tmp_path / str(whole_word), [text], vocab, opts)
+
+
+@needs_extension
+def test_a_word_the_vocabulary_cannot_spell_is_the_same_error(monkeypatch, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\nthe\n")  # no [UNK]
+    text = tmp_path / "text.txt"
+    text.write_text("the the\nthe zebra\n")
+    messages = []
+    for pure in (True, False):
+        with pytest.raises(PrepError) as e:
+            _write(monkeypatch, pure, tmp_path / str(pure), [text], vocab, Opts(), ["x.tfrecord"])
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and "[UNK]" in messages[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The pieces: the random numbers, the tokenizer's loop, the CRC
+
+@needs_extension
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 623, 624, 625, 5000])
+def test_shuffle_draws_as_random_shuffle_and_leaves_the_same_state(n):
+    fast = speedups.compiled()
+    for seed in (0, 12345):
+        ours, theirs = random.Random(seed), random.Random(seed)
+        for warm in range(3):  # start mid-way through the twister's 624 words, and right at their end
+            ours.getrandbits(32 * warm + 7)
+            theirs.getrandbits(32 * warm + 7)
+            items, expected = array("q", range(n)), list(range(n))
+            version, state, gauss = ours.getstate()
+            ours.setstate((version, fast.shuffle(state, items), gauss))
+            theirs.shuffle(expected)
+            assert items.tolist() == expected
+            assert ours.getstate() == theirs.getstate()
+            assert ours.random() == theirs.random()
+
+
+@needs_extension
+@needs_fixtures
+def test_the_tokenizer_loop_gives_the_python_loop_ids_whatever_its_table_holds(tmp_path):
+    edge = ["Der Große Preis, ΟΔΟΣ ΣΟΦΟΣ; Σ.", "\u200b", "\x1c", "nbsp\u00a0space, tab\tsep, NUL\x00in, bad\ufffd.",
+            "漢字とかなの混じった文。", "ﬁne İstanbul Œuvre naïve café", "x" * 201 + " " + "y" * 200, "a\rb\x0b c\x85d"]
+    lines = edge + [""] + SAMPLE.read_text().split("\n") + SYNTHETIC.read_text()[:60000].split("\n")
+    lines += ["", "  spaced   out  ", "\t", "a" * 70000, "   ", "end"]  # a chunk too long to keep in the table
+    vocab = Vocab(VOCAB)
+    for lower in (True, False):
+        for cache_size in (5, 300_000):  # a table emptied again and again, and one that keeps everything
+            python = FullTokenizer(vocab, lower, cache_size=cache_size)
+            compiled = FullTokenizer(vocab, lower, cache_size=cache_size)
+            loop = speedups.compiled().LineTokenizer(compiled.chunk_packed, compiled.fill, compiled.cache,
+                                                     compiled.clean_table, cache_size)
+            for start in (0, 17):  # counting on from a corpus so far
+                expected = instances._tokenize_lines(lines, python.encode_packed, 100, start, 3)
+                assert loop.tokenize(lines, 100, start, 3) == expected
+                assert loop.tokenize(lines, 100, start, 3) == expected  # from a filled table
+
+
+@needs_extension
+def test_crc32c_is_the_castagnoli_crc_with_and_without_the_instruction():
+    fast = speedups.compiled()
+    data = random.Random(4).randbytes(5000)
+    for n in [*range(0, 40), 255, 4096, 4999, 5000]:
+        for offset in (0, 3):
+            piece = data[offset:offset + n]
+            assert fast.crc32c(piece) == fast.crc32c(piece, True) == crc32c_package.crc32c(piece), (n, offset)
