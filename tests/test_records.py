@@ -199,3 +199,13 @@ def test_manifest_takes_the_hashes_writers_recorded_and_checks_their_sizes(tmp_p
         manifest.build_manifest(tmp_path, {}, known_files={"a.tfrecord": {"sha256": "0" * 64, "size": 3}})
     with pytest.raises(PrepError, match=r"c\.tfrecord: missing, but its writer recorded it"):
         manifest.build_manifest(tmp_path, {}, known_files={"c.tfrecord": {"sha256": "0" * 64, "size": 3}})
+
+
+@pytest.mark.parametrize("size", [0, 1, 115, 116, 127, 128, 16379, 16384, 65535, 65536, 2**21 - 8, 2**21])
+def test_a_bytes_entry_head_is_the_entry_without_its_value(size):
+    """Every varint that precedes the value changes width somewhere in these sizes."""
+    value = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    assert example.bytes_entry_head("image/encoded", size) + value == \
+        example.feature_entry("image/encoded", example.BYTES, [value])
+    assert example.varint(size) == example._varint_slow(size)
+
