@@ -51,7 +51,7 @@ from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import RecordWriter, check_index_size
 
 from . import images, labels
-from .schema import IMAGENET_IMAGE
+from .schema import RecordEncoder
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +251,8 @@ class _Reader:
     def __init__(self, spec: dict):
         self.spec = spec
         self.root = Path(spec["source"]["path"])
-        self.tar = open(self.root, "rb") if spec["source"]["kind"] == "tar" else None
+        self._prefix = os.path.join(self.root, "")  # joined as text: a Path per image cost more than its read
+        self.tar = open(self.root, "rb", buffering=0) if spec["source"]["kind"] == "tar" else None
 
     def where(self, i: int) -> str:
         rel = self.spec["files"][i]
@@ -261,11 +262,10 @@ class _Reader:
         rel = self.spec["files"][i]
         try:
             if self.tar is None:
-                with open(self.root / rel, "rb") as f:
-                    return f.read()
+                with open(self._prefix + rel, "rb", buffering=0) as f:
+                    return f.readall()
             offset, size = self.spec["offsets"][i], self.spec["sizes"][i]
-            self.tar.seek(offset)
-            data = self.tar.read(size)
+            data = os.pread(self.tar.fileno(), size, offset)
             if len(data) != size:
                 raise OSError("archive shorter than when it was planned")
             return data
@@ -494,7 +494,9 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
     refused (`shardkit.atomic.commit`).
 
     Result (JSON-serializable): split, index, shard (file name), records, planned, left_out
-    [{file, reason}], converted [{file, reason}], boxes, annotation_problems [{file, reason}].
+    [{file, reason}], converted [{file, reason}], boxes, annotation_problems [{file, reason}], files
+    {path relative to output_dir: {sha256, size}} of the shard and its index, hashed as they were
+    written (finalize lists them in MANIFEST.json without reading them again).
     `progress(done, total)` counts the shard's planned images.
     """
     spec = _split_spec(plan, split, index)
@@ -512,8 +514,10 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
     left_out, converted, problems = [], [], []
     boxes_written = 0
     reader = _Reader(spec)
+    encoder = RecordEncoder(synsets, names)
     try:
-        with RecordWriter(output_dir / name, index_path(output_dir, name), overwrite=overwrite) as writer:
+        with RecordWriter(output_dir / name, index_path(output_dir, name), overwrite=overwrite,
+                          sha256=True) as writer:
             for i in range(lo, hi):
                 if progress is not None:
                     progress(i - lo, hi - lo)
@@ -544,37 +548,18 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
                                                 f"fails on it instead of leaving the boxes out") from None
                             problems.append({"file": f"bbox/{wnid}/{xml.name}", "reason": str(e)})
                 boxes_written += len(boxes)
-                writer.write(_example(img, basename, label, wnid, names[label - 1], boxes))
+                head, tail = encoder.around(len(img.data), img.height, img.width, label, basename, boxes)
+                writer.write_parts((head, img.data, tail))
             records = writer.count
     finally:
         reader.close()
     if progress is not None:
         progress(hi - lo, hi - lo)
-    stage.finish(records, "images", (output_dir / name).stat().st_size)
+    files = {p.relative_to(output_dir).as_posix(): digest for p, digest in writer.files().items()}
+    stage.finish(records, "images", files[name]["size"])
     return {"split": split, "index": index, "shard": name, "records": records, "planned": hi - lo,
             "left_out": left_out, "converted": converted, "boxes": boxes_written,
-            "annotation_problems": problems}
-
-
-def _example(img: images.PreparedImage, filename: str, label: int, wnid: str, text: str, boxes) -> bytes:
-    """The record of one image: build_imagenet_data.py's _convert_to_example, by the shared schema."""
-    return IMAGENET_IMAGE.encode({
-        "image/height": [img.height],
-        "image/width": [img.width],
-        "image/colorspace": [b"RGB"],
-        "image/channels": [3],
-        "image/class/label": [label],
-        "image/class/synset": [wnid.encode()],
-        "image/class/text": [text.encode("utf-8")],
-        "image/object/bbox/xmin": [b[0] for b in boxes],
-        "image/object/bbox/xmax": [b[2] for b in boxes],
-        "image/object/bbox/ymin": [b[1] for b in boxes],
-        "image/object/bbox/ymax": [b[3] for b in boxes],
-        "image/object/bbox/label": [label] * len(boxes),
-        "image/format": [b"JPEG"],
-        "image/filename": [filename.encode("utf-8")],
-        "image/encoded": [img.data],
-    })
+            "annotation_problems": problems, "files": files}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -749,7 +734,13 @@ def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict], *, o
         "ignored": plan.get("ignored", []),
     }
     counts = {name: results[name]["records"] for name in expected}
-    return write_manifest(output_dir, counts, extra, overwrite=overwrite)
+    # The sha256 each writer took as it wrote (sizes are checked again); a result without them, from an
+    # older imagenet-prep's receipt, leaves its files to be hashed here.
+    known = {}
+    for name, r in results.items():
+        own = (name, f"{IDX_DIR}/{name}.idx")
+        known.update({path: digest for path, digest in (r.get("files") or {}).items() if path in own})
+    return write_manifest(output_dir, counts, extra, overwrite=overwrite, known_files=known)
 
 
 # ---------------------------------------------------------------------------------------------
