@@ -34,6 +34,7 @@ extracted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -47,6 +48,7 @@ from typing import Callable
 from shardkit.atomic import remove_all_stale_temps, remove_stale_temps, write_bytes, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, write_manifest
+from shardkit.pool import forked_each
 from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import RecordWriter, check_index_size
 
@@ -746,17 +748,9 @@ def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict], *, o
 # ---------------------------------------------------------------------------------------------
 # Everything in one call (the `imagenet-prep convert` command)
 
-_WORKER_PLAN: dict | None = None
-
-
-def _init_worker(plan: dict) -> None:
-    global _WORKER_PLAN
-    _WORKER_PLAN = plan
-
-
-def _write_one(job: tuple[str, int, str, bool]) -> dict:
+def _write_one(plan: dict, job: tuple[str, int, str, bool]) -> dict:
     split, index, output_dir, overwrite = job
-    return write_shard(_WORKER_PLAN, split, index, output_dir, overwrite=overwrite)
+    return write_shard(plan, split, index, output_dir, overwrite=overwrite)
 
 
 def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, overwrite: bool = False,
@@ -805,14 +799,15 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
                 results.append(write_shard(plan, s, i, output_dir, overwrite=overwrite, progress=shard_progress))
                 done += results[-1]["planned"]
         else:
-            import multiprocessing
+            # A child process per shard, forked with the plan in its memory; results as they finish, the first
+            # failure stops the run, and finalize orders them by shard.
+            results = []
 
-            ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-            with ctx.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(plan,)) as pool:
-                # As they finish: the first failure stops the run (map would write every other shard first);
-                # finalize orders the results by shard.
-                results = []
-                for result in pool.imap_unordered(_write_one, jobs, chunksize=1):
+            def shard_path(job: tuple) -> str:
+                return str(output_dir / shard_name(job[0], job[1], plan["splits"][job[0]]["num_shards"]))
+
+            with forked_each(functools.partial(_write_one, plan), jobs, workers, name=shard_path) as finished:
+                for result in finished:
                     results.append(result)
                     done += result["planned"]
                     if progress is not None:
@@ -854,7 +849,7 @@ def _undone_on_failure(output_dir: Path, plan: dict):
         yield
     except BaseException:
         for q in outputs:
-            remove_stale_temps(q)  # those of pool workers stopped mid-write (dead by now: the pool has joined them)
+            remove_stale_temps(q)  # those of worker processes stopped mid-write (dead by now: forked_each reaped them)
             if q not in existed:
                 q.unlink(missing_ok=True)
         if old_plan is not None and (not plan_path.is_file() or plan_path.read_bytes() != old_plan):
