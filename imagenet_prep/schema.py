@@ -33,29 +33,22 @@ class RecordEncoder:
     The record is `head + data + tail`: the image (~110 KB, nearly all of a record) is written as it
     was read, never copied into a record, and the lengths that precede it are computed from its size
     (`bytes_entry_head`). The other entries are the schema's own (`feature_entry`, by its kinds, in
-    the name order `encode_example` sorts them in); those that take few values -- the label's four,
-    the constants, the height and width, empty box lists -- are made once per value. A record with
-    boxes or an unusual size costs a few microseconds more, never other bytes.
+    the name order `encode_example` sorts them in), in two runs: those before the image (for ImageNet
+    the label's and the constants), and those after its file name (the size, empty box lists). Each
+    run is made once per distinct values it holds, so a record costs a few dictionary lookups; the
+    file name, different for every image, is encoded each time.
     """
 
-    ENCODED = "image/encoded"
+    ENCODED, FILENAME = "image/encoded", "image/filename"
 
     def __init__(self, synsets: list[str], names: list[str]):
         self.synsets, self.names = synsets, names
         order = sorted(IMAGENET_IMAGE.names, key=str.encode)
         at = order.index(self.ENCODED)
-        self._before, self._after = order[:at], order[at + 1:]
+        if order[at + 1] != self.FILENAME:  # the tail is the name's entry + one run
+            raise AssertionError(f"{self.FILENAME} no longer follows {self.ENCODED} in the record")
         self._kind = {f.name: f.kind for f in IMAGENET_IMAGE.features}
-        self._entries: dict[tuple, bytes] = {}
-
-    def _entry(self, name: str, values: tuple) -> bytes:
-        key = (name, values)
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = feature_entry(name, self._kind[name], values)
-            if len(self._entries) < 100_000:  # box coordinates take many values: a bound, not a leak
-                self._entries[key] = entry
-        return entry
+        self._runs = ((order[:at], {}), (order[at + 2:], {}))  # (names, {their values: their entries})
 
     def values(self, height: int, width: int, label: int, filename: str, boxes) -> dict[str, tuple]:
         """Every feature's values but image/encoded: build_imagenet_data.py's _convert_to_example."""
@@ -79,10 +72,16 @@ class RecordEncoder:
     def around(self, size: int, height: int, width: int, label: int, filename: str, boxes=()) -> tuple[bytes, bytes]:
         """(head, tail) of the record of an image of `size` JPEG bytes: head + data + tail == IMAGENET_IMAGE.encode."""
         values = self.values(height, width, label, filename, boxes)
-        name_entry = feature_entry("image/filename", BYTES, values.pop("image/filename"))
-        entry = self._entry
-        before = b"".join([entry(name, values[name]) for name in self._before])
-        after = b"".join([name_entry if name == "image/filename" else entry(name, values[name])
-                          for name in self._after])
+        before, rest = [self._run(names, cache, values) for names, cache in self._runs]
+        after = feature_entry(self.FILENAME, BYTES, values[self.FILENAME]) + rest
         data_head = bytes_entry_head(self.ENCODED, size)
         return example_head(len(before) + len(data_head) + size + len(after)) + before + data_head, after
+
+    def _run(self, names: list[str], cache: dict, values: dict) -> bytes:
+        key = tuple([values[name] for name in names])
+        run = cache.get(key)
+        if run is None:
+            run = b"".join([feature_entry(name, self._kind[name], v) for name, v in zip(names, key)])
+            if len(cache) < 100_000:  # box coordinates take many values: a bound, not a leak
+                cache[key] = run
+        return run
