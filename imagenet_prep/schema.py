@@ -52,6 +52,7 @@ class RecordEncoder:
 
     def values(self, height: int, width: int, label: int, filename: str, boxes) -> dict[str, tuple]:
         """Every feature's values but image/encoded: build_imagenet_data.py's _convert_to_example."""
+        xmin, ymin, xmax, ymax = zip(*boxes) if boxes else ((), (), (), ())
         return {
             "image/height": (height,),
             "image/width": (width,),
@@ -60,10 +61,10 @@ class RecordEncoder:
             "image/class/label": (label,),
             "image/class/synset": (self.synsets[label - 1].encode(),),
             "image/class/text": (self.names[label - 1].encode("utf-8"),),
-            "image/object/bbox/xmin": tuple(b[0] for b in boxes),
-            "image/object/bbox/xmax": tuple(b[2] for b in boxes),
-            "image/object/bbox/ymin": tuple(b[1] for b in boxes),
-            "image/object/bbox/ymax": tuple(b[3] for b in boxes),
+            "image/object/bbox/xmin": xmin,
+            "image/object/bbox/xmax": xmax,
+            "image/object/bbox/ymin": ymin,
+            "image/object/bbox/ymax": ymax,
             "image/object/bbox/label": (label,) * len(boxes),
             "image/format": (b"JPEG",),
             "image/filename": (filename.encode("utf-8"),),
