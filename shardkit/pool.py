@@ -1,4 +1,4 @@
-"""Checks of many files spread over worker processes, with the answers (and the first error) of a serial run.
+"""Work spread over worker processes: checks with the answers (and the first error) of a serial run; writers.
 
 `file_map(jobs)` gives a `map(fn, items)` whose results come back in item order, computed by up to
 `jobs` worker processes. A PrepError or OSError raised by `fn` is carried back and raised where
@@ -13,8 +13,9 @@ also on an error. Memory is that of `jobs` processes each checking one file at a
 file's check needs, whatever the number of files.
 
 `forked_each(fn, items, processes)` runs `fn(item)` in a forked child process of its own per item,
-at most `processes` at a time, results as they finish: for writers (ImageNet shards) that the
-parent has everything for, and whose children must be stopped and reaped without ever hanging.
+at most `processes` at a time, results as they finish: for writers (ImageNet shards) whose parent
+holds everything they need (a plan) and has started no threads (`imagenet-prep convert` imports no
+TensorFlow), and whose children must be stopped and reaped without ever hanging.
 """
 
 from __future__ import annotations
