@@ -8,7 +8,9 @@ format of `tfrecord`'s `tfrecord2idx` and of DALI.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import os
 import re
 import struct
 from pathlib import Path
@@ -34,6 +36,19 @@ def frame_record(data: bytes) -> bytes:
     return length + struct.pack("<I", _masked_crc(length)) + data + struct.pack("<I", _masked_crc(data))
 
 
+def _write_all(fd: int, chunks: Sequence[bytes]) -> None:
+    """os.writev of every chunk, again from where a short write stopped (as a full disk's first write may)."""
+    views = [memoryview(c) for c in chunks if len(c)]
+    while views:
+        n = os.writev(fd, views)
+        if n == 0:
+            raise OSError(errno.EIO, "a write of a record wrote nothing")
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if views:
+            views[0] = views[0][n:]
+
+
 def index_path_for(record_path: str | Path) -> Path:
     """`wiki_00000.tfrecord` -> `wiki_00000.index` (the name `tfrecord2idx` users give it)."""
     p = Path(record_path)
@@ -56,6 +71,7 @@ class RecordWriter:
     """
 
     WRITEBACK_BYTES = 8 << 20
+    UNBUFFERED_BYTES = 64 << 10  # a record this large (an image) goes straight to the file
 
     def __init__(self, path: str | Path, index_path: str | Path | None = None, *, overwrite: bool = False,
                  sha256: bool = False):
@@ -91,12 +107,20 @@ class RecordWriter:
 
     def _written(self, *chunks: bytes) -> None:
         """Write one framed record, given as consecutive chunks, and its index line."""
-        size = 0
-        for chunk in chunks:
-            self._f.write(chunk)
-            if self._sha is not None:
+        size = sum(map(len, chunks))
+        if size >= self.UNBUFFERED_BYTES:  # one writev: the buffer would only split it in two writes
+            self._f.flush()
+            try:
+                _write_all(self._f.fileno(), chunks)
+            except OSError as e:
+                e.filename = e.filename or self._f.name  # a full disk is this file's, not the first of the commit's
+                raise
+        else:
+            for chunk in chunks:
+                self._f.write(chunk)
+        if self._sha is not None:
+            for chunk in chunks:
                 self._sha.update(chunk)
-            size += len(chunk)
         if self._index is not None:
             line = b"%d %d\n" % (self._offset, size)
             self._index.write(line)

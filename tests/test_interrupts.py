@@ -104,6 +104,27 @@ except Exception as e:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_full_disk_in_a_large_record_names_the_record_file_and_leaves_nothing(tmp_path):
+    """Records of an image's size go to the file by writev, not through the buffer: the same one line, from a
+    write cut short at the limit (the first writev writes what fits, the next fails)."""
+    code = f"""
+import resource, sys
+sys.path.insert(0, {str(REPO)!r})
+from shardkit import records
+resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+try:
+    with records.RecordWriter({str(tmp_path / 'train-00000-of-00001')!r}, {str(tmp_path / 'idx')!r}) as w:
+        for _ in range(10):
+            w.write_parts((b"head", b"x" * 100_000, b"tail"))
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == f"PrepError {tmp_path / 'train-00000-of-00001'}: cannot write: file too large for this " \
+                               f"file system or limit", r.stdout + r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("make, expected", [
     (lambda p: p.mkdir(), "is a folder"),
     (lambda p: None, None),
