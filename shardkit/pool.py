@@ -28,6 +28,7 @@ import signal
 from typing import Callable, Iterable, Iterator
 
 from .errors import PrepError
+from .signals import Terminated, received
 
 Map = Callable[[Callable, Iterable], Iterator]
 
@@ -82,9 +83,16 @@ def file_map(jobs: int) -> Iterator[Map]:
             pool.join()
 
 
+# Held back while a child is forked, until it runs `_run_child`: one that lands in what runs at a fork
+# (Python's at-fork hooks, multiprocessing's start-up) is printed there as "Exception ignored" and
+# swallowed, and the child, its SIGTERM handler already spent, runs on deaf to the next one.
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
 def _run_child(fn: Callable, item, conn) -> None:
     """In the child: fn(item), sent back as (True, value) or (False, the Exception it raised)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent reports it once
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # a SIGTERM sent meanwhile is handled from here on
     try:
         outcome = (True, fn(item))
     except Exception as error:  # noqa: BLE001 - carried back and raised in the parent, as a serial run would
@@ -138,14 +146,20 @@ def forked_each(fn: Callable, items: Iterable, processes: int, *, grace: float =
     def start(item) -> None:
         receive, send = context.Pipe(duplex=False)
         child = context.Process(target=_run_child, args=(fn, item, send), daemon=True)
-        child.start()
-        send.close()
-        running[receive] = (child, item)
+        running[receive] = (child, item)  # before the fork: stopped and reaped whatever happens from here
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            child.start()
+        finally:
+            send.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # ours, held meanwhile, lands here
 
     def results() -> Iterator:
         for item in pending:
             if len(running) >= processes:
                 yield from finished()
+            if received():  # a SIGTERM whose Terminated was swallowed (see shardkit.signals): stop here
+                raise Terminated()
             start(item)
         while running:
             yield from finished()
@@ -153,15 +167,18 @@ def forked_each(fn: Callable, items: Iterable, processes: int, *, grace: float =
     def finished() -> Iterator:
         ready = multiprocessing.connection.wait(list(running))
         for receive in ready:
-            child, item = running.pop(receive)
+            child, item = running[receive]
             try:
                 ok, value = receive.recv()
             except (EOFError, OSError):
                 child.join()
+                if received():  # the child was stopped by the SIGTERM this process got too
+                    raise Terminated() from None
                 ok, value = False, PrepError(f"{name(item)}: the worker process writing it ended without a result "
                                              f"({_ended(child)})")
             receive.close()
             child.join()
+            del running[receive]  # only once reaped: an interrupt before leaves it to the cleanup below
             if not ok:
                 raise value
             yield value
@@ -169,10 +186,12 @@ def forked_each(fn: Callable, items: Iterable, processes: int, *, grace: float =
     try:
         yield results()
     finally:
+        started = [child for child, _ in running.values() if child.pid is not None]
         for receive, (child, _) in running.items():
             receive.close()  # a child sending its result gets EPIPE at once instead of waiting for a reader
-            child.terminate()
-        for child, _ in running.values():
+            if child.pid is not None:
+                child.terminate()
+        for child in started:
             child.join(grace)
             if child.exitcode is None:
                 child.kill()
