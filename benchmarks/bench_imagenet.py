@@ -1,12 +1,14 @@
 """Images per second: `imagenet-prep convert` against build_imagenet_data.py's approach, same tree, same cores.
 
-    .venv/bin/python benchmarks/bench_imagenet.py [--images 2000] [--workers 2] [--work-dir /tmp/bench-imagenet]
+    .venv/bin/python benchmarks/bench_imagenet.py [--images 30000] [--workers 2] [--repeat 3]
+                                                  [--work-dir /tmp/bench-imagenet]
 
 The tree is generated once (samples.write_sample_tree, realistic 500x375 JPEGs of ~100 KB, the
 ImageNet average being ~110 KB), train in <wnid>/ folders and validation in <wnid>/ folders too,
-since the reference reads only that layout. Both sides then run as whole processes (interpreter
-start, imports, listing, conversion, and for ours the manifest's sha256 of every output file),
-timed from outside.
+since the reference reads only that layout; 30,000 images take ~10 minutes to draw, then stay in
+--work-dir. Both sides then run as whole processes (interpreter start, imports, listing,
+conversion, and for ours the fsync of every output before its commit and MANIFEST.json with every
+file's sha256), timed from outside.
 
 The reference is a faithful re-implementation of tensorflow/models research/inception
 build_imagenet_data.py on TF2's compat.v1 API: one shared tf.Session `ImageCoder`, a
@@ -15,10 +17,22 @@ threads each owning a contiguous block of shards (nested np.linspace ranges), tf
 protos and tf.io.TFRecordWriter, validation then train. Its PNG/CMYK handling is by file name and
 none of those names occur here, so the tree has no quirks (plain JPEGs for both sides).
 
-Each side runs --repeat times, alternating, and its best run counts (the machine may be shared).
-Prints one JSON object: images, wall and CPU seconds and images/s for each side, the speed-ups,
-and whether the two outputs hold the same records (file names, labels, sizes and image bytes)
-in the same order (they do not: the reference shuffles its unsorted glob order).
+Fair conditions, each run alike: the files are synced (`sync`, not timed) before every timed run, so
+that neither side flushes the other's output; both sides import from compiled caches (the children
+run without PYTHONDONTWRITEBYTECODE, with PYTHONPYCACHEPREFIX in --work-dir, warmed once), as an
+installed package does. The reference never fsyncs: its output is still in memory when it exits, so
+its time with the fsync of its outputs (what ours pays before each commit) is given too.
+
+Also measured, each --repeat times: ours on a tree of --fixed-images images with the same shard
+counts (the fixed cost: start, imports, plan, one process and four fsyncs per shard, manifest), from
+which the steady-state rate follows; and the I/O floor of this machine for the same bytes: `cat` of
+every input image into one file, with and without its fsync.
+
+Each side runs --repeat times, alternating (the machine may be shared); medians are reported, with
+every run. Prints one JSON object: images, wall and CPU seconds and images/s for each side, the
+speed-ups, the fixed cost and steady state, the I/O floor, the load average before and after, and
+whether the two outputs hold the same records (file names, labels, sizes and image bytes) in the
+same order (they do not: the reference shuffles its unsorted glob order).
 """
 
 from __future__ import annotations
@@ -228,11 +242,11 @@ def make_tree(root: Path, images: int, size: tuple[int, int]) -> dict:
     return tree
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, CPU seconds of the process and its children, stdout) of one whole process."""
+def timed(cmd: list[str], env: dict) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the process and its children, stdout) of one whole process, after a sync."""
     import resource
 
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    os.sync()  # the previous run's output reaches the disk now, not during this run
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
@@ -242,6 +256,35 @@ def timed(cmd: list[str]) -> tuple[float, float, str]:
         raise SystemExit(f"{cmd[:3]} failed:\n{p.stderr[-2000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return seconds, cpu, p.stdout
+
+
+def fsync_all(folder: Path) -> float:
+    """Seconds to fsync every file under `folder`: what the reference leaves undone when it exits."""
+    t0 = time.perf_counter()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    return time.perf_counter() - t0
+
+
+def io_floor(tree_root: Path, out: Path) -> tuple[float, float]:
+    """(seconds of `cat` of every image into one file, the same plus its fsync), after a sync."""
+    jpegs = sorted(str(p) for p in tree_root.rglob("*.JPEG"))
+    out.unlink(missing_ok=True)
+    os.sync()
+    t0 = time.perf_counter()
+    with open(out, "wb") as f:
+        for i in range(0, len(jpegs), 2000):
+            subprocess.run(["cat", *jpegs[i:i + 2000]], stdout=f, check=True)
+        cat = time.perf_counter() - t0
+        os.fsync(f.fileno())
+    durable = time.perf_counter() - t0
+    out.unlink()
+    return cat, durable
 
 
 def same_records(ours: Path, ref: Path) -> dict:
@@ -267,14 +310,17 @@ def same_records(ours: Path, ref: Path) -> dict:
 
 
 def main(argv=None) -> int:
+    import statistics
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=2000)
+    p.add_argument("--images", type=int, default=30000)
     p.add_argument("--size", default="500x375", help="WIDTHxHEIGHT of every image")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="our processes = reference threads")
     p.add_argument("--train-shards", type=int, default=8)
     p.add_argument("--validation-shards", type=int, default=2)
+    p.add_argument("--fixed-images", type=int, default=100, help="ours on this many images: the fixed cost")
     p.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "bench-imagenet"))
-    p.add_argument("--repeat", type=int, default=3, help="runs of each side (alternating); the best counts")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each side (alternating); medians are reported")
     p.add_argument("--reference", nargs=8, help=argparse.SUPPRESS)  # internal: run the reference in this process
     args = p.parse_args(argv)
     if args.reference:
@@ -289,47 +335,67 @@ def main(argv=None) -> int:
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     w, h = (int(x) for x in args.size.split("x"))
-    tree = make_tree(work, args.images, (w, h))
+    tree = make_tree(work / f"tree-{args.images}-{args.size}", args.images, (w, h))
+    small = make_tree(work / f"tree-{args.fixed_images}-{args.size}", args.fixed_images, (w, h))
     labels_file, metadata_file = labels.PACKAGE_DATA / "ilsvrc2012_synsets.txt", labels.PACKAGE_DATA / "ilsvrc2012_synset_names.tsv"
-    ours_out, ref_out = work / "ours", work / "reference"
+    ours_out, ref_out, small_out = work / "ours", work / "reference", work / "ours-small"
     exe = Path(sys.executable).with_name("imagenet-prep")
-    ours_cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "imagenet_prep.cli"]
-    ours_cmd += ["convert", "--train-dir", tree["train_dir"], "--validation-dir", tree["validation_dir"],
-                 "--output-dir", str(ours_out), "--train-shards", str(args.train_shards),
-                 "--validation-shards", str(args.validation_shards), "--workers", str(args.workers)]
+
+    def ours_cmd(t: dict, out: Path) -> list[str]:
+        return ([str(exe)] if exe.exists() else [sys.executable, "-m", "imagenet_prep.cli"]) + [
+            "convert", "--train-dir", t["train_dir"], "--validation-dir", t["validation_dir"], "--output-dir",
+            str(out), "--train-shards", str(args.train_shards), "--validation-shards", str(args.validation_shards),
+            "--workers", str(args.workers)]
+
     ref_cmd = [sys.executable, __file__, "--reference", tree["train_dir"], tree["validation_dir"], str(ref_out),
                str(args.train_shards), str(args.validation_shards), str(args.workers), str(labels_file),
                str(metadata_file)]
-    runs = {"ours": [], "reference": []}
-    for _ in range(args.repeat):  # alternate, so that both sides see the same background load
-        for d in (ours_out, ref_out):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONPYCACHEPREFIX=str(work / "pycache"))
+    for module in ("imagenet_prep.cli", "tensorflow"):  # compile both sides' modules once, untimed
+        subprocess.run([sys.executable, "-c", f"import {module}"], env=env, cwd=REPO, check=True, capture_output=True)
+    load_before = os.getloadavg()
+    runs = {"ours": [], "reference": [], "ours_small": [], "io_floor": []}
+    for _ in range(args.repeat):  # alternate, so that every measurement sees the same background load
+        for d in (ours_out, ref_out, small_out):
             shutil.rmtree(d, ignore_errors=True)
         ref_out.mkdir()
-        wall, cpu, _ = timed(ours_cmd)
-        runs["ours"].append((wall, cpu, None))
-        wall, cpu, stdout = timed(ref_cmd)
-        runs["reference"].append((wall, cpu, json.loads(stdout.strip().splitlines()[-1])["conversion_seconds"]))
-    n = tree["images"]
+        runs["ours"].append(timed(ours_cmd(tree, ours_out), env)[:2])
+        wall, cpu, stdout = timed(ref_cmd, env)
+        runs["reference"].append((wall, cpu, json.loads(stdout.strip().splitlines()[-1])["conversion_seconds"],
+                                  wall + fsync_all(ref_out)))
+        runs["ours_small"].append(timed(ours_cmd(small, small_out), env)[:2])
+        runs["io_floor"].append(io_floor(work / f"tree-{args.images}-{args.size}" / "raw", work / "cat.out"))
+    n, n_small = tree["images"], small["images"]
 
-    def side(name: str) -> dict:
-        best = min(runs[name])
-        out = {"best_seconds": round(best[0], 2), "images_per_s": round(n / best[0], 1),
-               "all_seconds": [round(r[0], 2) for r in runs[name]],
-               "cpu_seconds": round(best[1], 2), "images_per_cpu_s": round(n / best[1], 1)}
-        if best[2] is not None:
-            out["conversion_seconds_after_tf_import"] = round(best[2], 2)
-            out["conversion_images_per_s"] = round(n / best[2], 1)
-        return out
+    def med(name: str, i: int) -> float:
+        return statistics.median(r[i] for r in runs[name])
 
-    ours, ref = side("ours"), side("reference")
+    def rounded(values) -> list[float]:
+        return [round(v, 2) for v in values]
+
+    ours_s, ref_s, small_s = med("ours", 0), med("reference", 0), med("ours_small", 0)
     report = {
         "images": n, "image_size": args.size, "mean_jpeg_kb": round(tree["jpeg_bytes"] / n / 1000, 1),
-        "cores": os.cpu_count(), "workers_or_threads": args.workers, "load_average": os.getloadavg()[0],
-        "ours": ours, "reference": ref,
-        "speedup_whole_process": round(ref["best_seconds"] / ours["best_seconds"], 2),
-        "speedup_ours_whole_vs_reference_conversion_only":
-            round(ref["conversion_seconds_after_tf_import"] / ours["best_seconds"], 2),
-        "speedup_cpu_time": round(ref["cpu_seconds"] / ours["cpu_seconds"], 2),
+        "cores": os.cpu_count(), "workers_or_threads": args.workers, "repeat": args.repeat,
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "ours": {"median_seconds": round(ours_s, 2), "images_per_s": round(n / ours_s, 1),
+                 "all_seconds": rounded(r[0] for r in runs["ours"]), "cpu_seconds": round(med("ours", 1), 2),
+                 "images_per_cpu_s": round(n / med("ours", 1), 1),
+                 "fixed_seconds": round(small_s, 2), "fixed_images": n_small,
+                 "all_fixed_seconds": rounded(r[0] for r in runs["ours_small"]),
+                 "steady_images_per_s": round((n - n_small) / (ours_s - small_s), 1)},
+        "reference": {"median_seconds": round(ref_s, 2), "images_per_s": round(n / ref_s, 1),
+                      "all_seconds": rounded(r[0] for r in runs["reference"]),
+                      "cpu_seconds": round(med("reference", 1), 2), "images_per_cpu_s": round(n / med("reference", 1), 1),
+                      "conversion_seconds_after_tf_import": round(med("reference", 2), 2),
+                      "seconds_with_fsync_of_its_outputs": round(med("reference", 3), 2)},
+        "io_floor": {"cat_seconds": round(med("io_floor", 0), 2), "cat_then_fsync_seconds": round(med("io_floor", 1), 2),
+                     "all_cat_then_fsync_seconds": rounded(r[1] for r in runs["io_floor"])},
+        "speedup_whole_process": round(ref_s / ours_s, 2),
+        "speedup_against_reference_with_fsync": round(med("reference", 3) / ours_s, 2),
+        "speedup_ours_whole_vs_reference_conversion_only": round(med("reference", 2) / ours_s, 2),
+        "speedup_cpu_time": round(med("reference", 1) / med("ours", 1), 2),
         "outputs": same_records(ours_out, ref_out),
     }
     print(json.dumps(report, indent=1))

@@ -20,7 +20,7 @@ from shardkit import progress
 from shardkit.cli import at_least_one, run
 from shardkit.manifest import MANIFEST
 
-from . import convert, images, inspection, stats, verify
+from . import convert, images
 
 PROG = "imagenet-prep"
 
@@ -97,18 +97,27 @@ def _identity(path: Path) -> tuple | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
+# Each command imports the module it calls: the others are not on the start-up path of every command
+# (`convert` is timed whole, interpreter start included, against build_imagenet_data.py).
+
 def _verify(args: argparse.Namespace) -> None:
+    from . import verify
+
     with progress.bar("verify", "B") as bar:
         totals = verify.verify(args.dir, args.synsets_file, args.decode_all, jobs=args.jobs, progress=bar)
     print(f"OK {args.dir}: " + ", ".join(f"{k} {v} records" for k, v in totals.items()))
 
 
 def _inspect(args: argparse.Namespace) -> None:
+    from . import inspection
+
     for line in inspection.inspect_lines(args.file, args.n):
         print(line)
 
 
 def _stats(args: argparse.Namespace) -> None:
+    from . import stats
+
     with progress.bar("stats", "shards") as bar:
         report = stats.stats(args.dir, args.out, args.synsets_file, overwrite=True,  # a new report replaces the last
                              progress=bar)

@@ -34,6 +34,7 @@ extracted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -47,11 +48,12 @@ from typing import Callable
 from shardkit.atomic import remove_all_stale_temps, remove_stale_temps, write_bytes, write_json
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, write_manifest
+from shardkit.pool import forked_each
 from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import RecordWriter, check_index_size
 
 from . import images, labels
-from .schema import IMAGENET_IMAGE
+from .schema import RecordEncoder
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +253,8 @@ class _Reader:
     def __init__(self, spec: dict):
         self.spec = spec
         self.root = Path(spec["source"]["path"])
-        self.tar = open(self.root, "rb") if spec["source"]["kind"] == "tar" else None
+        self._prefix = os.path.join(self.root, "")  # joined as text: a Path per image cost more than its read
+        self.tar = open(self.root, "rb", buffering=0) if spec["source"]["kind"] == "tar" else None
 
     def where(self, i: int) -> str:
         rel = self.spec["files"][i]
@@ -260,12 +263,14 @@ class _Reader:
     def read(self, i: int) -> bytes:
         rel = self.spec["files"][i]
         try:
-            if self.tar is None:
-                with open(self.root / rel, "rb") as f:
-                    return f.read()
+            if self.tar is None:  # four system calls (open() and readall() make eight)
+                fd = os.open(self._prefix + rel, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    return os.read(fd, os.fstat(fd).st_size)
+                finally:
+                    os.close(fd)
             offset, size = self.spec["offsets"][i], self.spec["sizes"][i]
-            self.tar.seek(offset)
-            data = self.tar.read(size)
+            data = os.pread(self.tar.fileno(), size, offset)
             if len(data) != size:
                 raise OSError("archive shorter than when it was planned")
             return data
@@ -494,7 +499,9 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
     refused (`shardkit.atomic.commit`).
 
     Result (JSON-serializable): split, index, shard (file name), records, planned, left_out
-    [{file, reason}], converted [{file, reason}], boxes, annotation_problems [{file, reason}].
+    [{file, reason}], converted [{file, reason}], boxes, annotation_problems [{file, reason}], files
+    {path relative to output_dir: {sha256, size}} of the shard and its index, hashed as they were
+    written (finalize lists them in MANIFEST.json without reading them again).
     `progress(done, total)` counts the shard's planned images.
     """
     spec = _split_spec(plan, split, index)
@@ -512,8 +519,10 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
     left_out, converted, problems = [], [], []
     boxes_written = 0
     reader = _Reader(spec)
+    encoder = RecordEncoder(synsets, names)
     try:
-        with RecordWriter(output_dir / name, index_path(output_dir, name), overwrite=overwrite) as writer:
+        with RecordWriter(output_dir / name, index_path(output_dir, name), overwrite=overwrite,
+                          sha256=True) as writer:
             for i in range(lo, hi):
                 if progress is not None:
                     progress(i - lo, hi - lo)
@@ -544,37 +553,18 @@ def write_shard(plan: dict, split: str, index: int, output_dir: str | Path, *, o
                                                 f"fails on it instead of leaving the boxes out") from None
                             problems.append({"file": f"bbox/{wnid}/{xml.name}", "reason": str(e)})
                 boxes_written += len(boxes)
-                writer.write(_example(img, basename, label, wnid, names[label - 1], boxes))
+                head, tail = encoder.around(len(img.data), img.height, img.width, label, basename, boxes)
+                writer.write_parts((head, img.data, tail))
             records = writer.count
     finally:
         reader.close()
     if progress is not None:
         progress(hi - lo, hi - lo)
-    stage.finish(records, "images", (output_dir / name).stat().st_size)
+    files = {p.relative_to(output_dir).as_posix(): digest for p, digest in writer.files().items()}
+    stage.finish(records, "images", files[name]["size"])
     return {"split": split, "index": index, "shard": name, "records": records, "planned": hi - lo,
             "left_out": left_out, "converted": converted, "boxes": boxes_written,
-            "annotation_problems": problems}
-
-
-def _example(img: images.PreparedImage, filename: str, label: int, wnid: str, text: str, boxes) -> bytes:
-    """The record of one image: build_imagenet_data.py's _convert_to_example, by the shared schema."""
-    return IMAGENET_IMAGE.encode({
-        "image/height": [img.height],
-        "image/width": [img.width],
-        "image/colorspace": [b"RGB"],
-        "image/channels": [3],
-        "image/class/label": [label],
-        "image/class/synset": [wnid.encode()],
-        "image/class/text": [text.encode("utf-8")],
-        "image/object/bbox/xmin": [b[0] for b in boxes],
-        "image/object/bbox/xmax": [b[2] for b in boxes],
-        "image/object/bbox/ymin": [b[1] for b in boxes],
-        "image/object/bbox/ymax": [b[3] for b in boxes],
-        "image/object/bbox/label": [label] * len(boxes),
-        "image/format": [b"JPEG"],
-        "image/filename": [filename.encode("utf-8")],
-        "image/encoded": [img.data],
-    })
+            "annotation_problems": problems, "files": files}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -749,23 +739,21 @@ def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict], *, o
         "ignored": plan.get("ignored", []),
     }
     counts = {name: results[name]["records"] for name in expected}
-    return write_manifest(output_dir, counts, extra, overwrite=overwrite)
+    # The sha256 each writer took as it wrote (sizes are checked again); a result without them, from an
+    # older imagenet-prep's receipt, leaves its files to be hashed here.
+    known = {}
+    for name, r in results.items():
+        own = (name, f"{IDX_DIR}/{name}.idx")
+        known.update({path: digest for path, digest in (r.get("files") or {}).items() if path in own})
+    return write_manifest(output_dir, counts, extra, overwrite=overwrite, known_files=known)
 
 
 # ---------------------------------------------------------------------------------------------
 # Everything in one call (the `imagenet-prep convert` command)
 
-_WORKER_PLAN: dict | None = None
-
-
-def _init_worker(plan: dict) -> None:
-    global _WORKER_PLAN
-    _WORKER_PLAN = plan
-
-
-def _write_one(job: tuple[str, int, str, bool]) -> dict:
+def _write_one(plan: dict, job: tuple[str, int, str, bool]) -> dict:
     split, index, output_dir, overwrite = job
-    return write_shard(_WORKER_PLAN, split, index, output_dir, overwrite=overwrite)
+    return write_shard(plan, split, index, output_dir, overwrite=overwrite)
 
 
 def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, workers: int = 1, overwrite: bool = False,
@@ -814,14 +802,15 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
                 results.append(write_shard(plan, s, i, output_dir, overwrite=overwrite, progress=shard_progress))
                 done += results[-1]["planned"]
         else:
-            import multiprocessing
+            # A child process per shard, forked with the plan in its memory; results as they finish, the first
+            # failure stops the run, and finalize orders them by shard.
+            results = []
 
-            ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-            with ctx.Pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(plan,)) as pool:
-                # As they finish: the first failure stops the run (map would write every other shard first);
-                # finalize orders the results by shard.
-                results = []
-                for result in pool.imap_unordered(_write_one, jobs, chunksize=1):
+            def shard_path(job: tuple) -> str:
+                return str(output_dir / shard_name(job[0], job[1], plan["splits"][job[0]]["num_shards"]))
+
+            with forked_each(functools.partial(_write_one, plan), jobs, workers, name=shard_path) as finished:
+                for result in finished:
                     results.append(result)
                     done += result["planned"]
                     if progress is not None:
@@ -863,7 +852,7 @@ def _undone_on_failure(output_dir: Path, plan: dict):
         yield
     except BaseException:
         for q in outputs:
-            remove_stale_temps(q)  # those of pool workers stopped mid-write (dead by now: the pool has joined them)
+            remove_stale_temps(q)  # those of worker processes stopped mid-write (dead by now: forked_each reaped them)
             if q not in existed:
                 q.unlink(missing_ok=True)
         if old_plan is not None and (not plan_path.is_file() or plan_path.read_bytes() != old_plan):

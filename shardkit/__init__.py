@@ -7,6 +7,7 @@ Modules (plain functions and small classes, no Luigi, no TensorFlow at import):
   example   tf.train.Example bytes: deterministic encoder, TensorFlow-free decoder
   schema    Feature / Schema: one declarative table per record type; encoder, tf spec and checks derive from it
   manifest  MANIFEST.json: every file with its sha256, size and record count
+  pool      worker processes: spawned for checks in item order, or a forked child per item for writers
   tf        the quiet TensorFlow import for readers that parse with TensorFlow
   cli       the command-line runner: argparse, one call, `PROG: error: ...` lines
 

@@ -22,7 +22,7 @@ import sys
 from typing import Callable, Mapping
 
 from .errors import PrepError
-from .signals import Terminated, raise_on_sigterm
+from .signals import Terminated, raise_on_sigterm, received
 
 
 def at_least_one(text: str) -> int:
@@ -84,12 +84,17 @@ def run(prog: str, parser: argparse.ArgumentParser, commands: Mapping[str, Calla
         silence_stdout()
         return CLOSED_OUTPUT_STATUS
     except (PrepError, OSError) as e:
+        if received():  # failed because of a SIGTERM whose Terminated was swallowed (see shardkit.signals)
+            return _terminated(prog, Terminated())
         print(error_line(prog, e), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except Terminated as e:
-        print(f"{prog}: terminated (SIGTERM); nothing half-written is left, run the same command again",
-              file=sys.stderr)
-        return e.code
+        return _terminated(prog, e)
+
+
+def _terminated(prog: str, e: Terminated) -> int:
+    print(f"{prog}: terminated (SIGTERM); nothing half-written is left, run the same command again", file=sys.stderr)
+    return e.code

@@ -1,4 +1,4 @@
-"""Checks of many files spread over worker processes, with the answers (and the first error) of a serial run.
+"""Work spread over worker processes: checks with the answers (and the first error) of a serial run; writers.
 
 `file_map(jobs)` gives a `map(fn, items)` whose results come back in item order, computed by up to
 `jobs` worker processes. A PrepError or OSError raised by `fn` is carried back and raised where
@@ -11,6 +11,11 @@ TensorFlow does) may deadlock, and a fresh interpreter holds only what its funct
 They ignore SIGINT (the parent reports the interrupt once) and are terminated when the block ends,
 also on an error. Memory is that of `jobs` processes each checking one file at a time: what one
 file's check needs, whatever the number of files.
+
+`forked_each(fn, items, processes)` runs `fn(item)` in a forked child process of its own per item,
+at most `processes` at a time, results as they finish: for writers (ImageNet shards) whose parent
+holds everything they need (a plan) and has started no threads (`imagenet-prep convert` imports no
+TensorFlow), and whose children must be stopped and reaped without ever hanging.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import multiprocessing
+import multiprocessing.connection
 import signal
 from typing import Callable, Iterable, Iterator
 
 from .errors import PrepError
+from .signals import Terminated, received
 
 Map = Callable[[Callable, Iterable], Iterator]
 
@@ -74,3 +81,119 @@ def file_map(jobs: int) -> Iterator[Map]:
         if pool is not None:
             pool.terminate()
             pool.join()
+
+
+# Held back while a child is forked, until it runs `_run_child`: one that lands in what runs at a fork
+# (Python's at-fork hooks, multiprocessing's start-up) is printed there as "Exception ignored" and
+# swallowed, and the child, its SIGTERM handler already spent, runs on deaf to the next one.
+_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def _run_child(fn: Callable, item, conn) -> None:
+    """In the child: fn(item), sent back as (True, value) or (False, the Exception it raised)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent reports it once
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # a SIGTERM sent meanwhile is handled from here on
+    try:
+        outcome = (True, fn(item))
+    except Exception as error:  # noqa: BLE001 - carried back and raised in the parent, as a serial run would
+        outcome = (False, error)
+    try:
+        conn.send(outcome)
+    except OSError:
+        pass  # the parent closed its end: it is stopping this child, and needs no answer
+    except Exception as error:  # noqa: BLE001 - an unpicklable value or exception: say what it was
+        with contextlib.suppress(OSError):
+            conn.send((False, RuntimeError(f"{type(error).__name__} sending the result of {item!r}: {error}")))
+    finally:
+        conn.close()
+
+
+def _ended(process) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+@contextlib.contextmanager
+def forked_each(fn: Callable, items: Iterable, processes: int, *, grace: float = 10.0,
+                name: Callable[[object], str] = repr) -> Iterator[Iterator]:
+    """The values of `fn(item)` for every item, as they finish, each computed in a child process forked for it.
+
+    At most `processes` children run at once. An Exception raised by `fn` is carried back and raised
+    here, and the first one ends the run; so does a child that dies without a result (a PrepError
+    naming `name(item)` and how it ended). Whenever the block ends (the last result, an error, Ctrl-C,
+    SIGTERM), every child still running is stopped and reaped before it returns: its pipe closed, then
+    SIGTERM (with `shardkit.signals` installed, inherited, its atomic writes remove their temporaries),
+    then SIGKILL after `grace` seconds.
+
+    Not multiprocessing.Pool: its workers share one task queue and its lock, and `Pool.terminate`
+    takes that lock for good and sends each worker one SIGTERM. A worker with a Python SIGTERM
+    handler that gets it just before it blocks on the lock never runs the handler and never exits,
+    and the parent joins it forever (about one `convert --workers 2` in 200 on a loaded machine).
+    Here nothing is shared: each child has the parent's memory as it was at the fork, and a pipe of
+    its own for its one result.
+    """
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes}")
+    context = multiprocessing.get_context("fork")
+    pending = iter(items)
+    running: dict = {}  # the read end of each child's pipe -> (child, item)
+
+    def start(item) -> None:
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_run_child, args=(fn, item, send), daemon=True)
+        running[receive] = (child, item)  # before the fork: stopped and reaped whatever happens from here
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            child.start()
+        finally:
+            send.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # ours, held meanwhile, lands here
+
+    def results() -> Iterator:
+        for item in pending:
+            if len(running) >= processes:
+                yield from finished()
+            if received():  # a SIGTERM whose Terminated was swallowed (see shardkit.signals): stop here
+                raise Terminated()
+            start(item)
+        while running:
+            yield from finished()
+
+    def finished() -> Iterator:
+        ready = multiprocessing.connection.wait(list(running))
+        for receive in ready:
+            child, item = running[receive]
+            try:
+                ok, value = receive.recv()
+            except (EOFError, OSError):
+                child.join()
+                if received():  # the child was stopped by the SIGTERM this process got too
+                    raise Terminated() from None
+                ok, value = False, PrepError(f"{name(item)}: the worker process writing it ended without a result "
+                                             f"({_ended(child)})")
+            receive.close()
+            child.join()
+            del running[receive]  # only once reaped: an interrupt before leaves it to the cleanup below
+            if not ok:
+                raise value
+            yield value
+
+    try:
+        yield results()
+    finally:
+        started = [child for child, _ in running.values() if child.pid is not None]
+        for receive, (child, _) in running.items():
+            receive.close()  # a child sending its result gets EPIPE at once instead of waiting for a reader
+            if child.pid is not None:
+                child.terminate()
+        for child in started:
+            child.join(grace)
+            if child.exitcode is None:
+                child.kill()
+                child.join()
+        running.clear()

@@ -8,6 +8,9 @@ format of `tfrecord`'s `tfrecord2idx` and of DALI.
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
+import os
 import re
 import struct
 from pathlib import Path
@@ -15,19 +18,35 @@ from typing import Iterable, Iterator, Sequence
 
 import crc32c as _crc32c
 
-from .atomic import atomic_write_together
+from .atomic import atomic_write_together, start_writeback
 from .errors import PrepError
 
 
-def _masked_crc(data: bytes) -> int:
-    crc = _crc32c.crc32c(data)
+def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _masked_crc(data: bytes) -> int:
+    return _mask(_crc32c.crc32c(data))
 
 
 def frame_record(data: bytes) -> bytes:
     """One TFRecord: length, masked CRC32C of the length, data, masked CRC32C of the data."""
     length = struct.pack("<Q", len(data))
     return length + struct.pack("<I", _masked_crc(length)) + data + struct.pack("<I", _masked_crc(data))
+
+
+def _write_all(fd: int, chunks: Sequence[bytes]) -> None:
+    """os.writev of every chunk, again from where a short write stopped (as a full disk's first write may)."""
+    views = [memoryview(c) for c in chunks if len(c)]
+    while views:
+        n = os.writev(fd, views)
+        if n == 0:
+            raise OSError(errno.EIO, "a write of a record wrote nothing")
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if views:
+            views[0] = views[0][n:]
 
 
 def index_path_for(record_path: str | Path) -> Path:
@@ -44,15 +63,28 @@ class RecordWriter:
     that cannot be written fails before any record is; the index is renamed into place first).
     `record_writers` commits several record files together. Without `overwrite`, existing files
     are never replaced (`shardkit.atomic.commit`: identical accepted, different refused).
+
+    With `sha256`, the writer hashes both files as it writes them: `files()` gives their sha256
+    and size, what MANIFEST.json lists, without reading them again. Every `WRITEBACK_BYTES` of
+    records, the kernel is asked to start writing them to the disk (`start_writeback`), so that
+    the disk works while the next records are made, and the fsync at the commit has little left.
     """
 
-    def __init__(self, path: str | Path, index_path: str | Path | None = None, *, overwrite: bool = False):
+    WRITEBACK_BYTES = 8 << 20
+    UNBUFFERED_BYTES = 64 << 10  # a record this large (an image) goes straight to the file
+
+    def __init__(self, path: str | Path, index_path: str | Path | None = None, *, overwrite: bool = False,
+                 sha256: bool = False):
         self.path = Path(path)
         self.index_path = Path(index_path) if index_path is not None else None
         self.overwrite = overwrite
         self.count = 0
         self._offset = 0
+        self._written_back = 0
         self._f = self._index = None
+        self._sha = hashlib.sha256() if sha256 else None
+        self._index_sha = hashlib.sha256() if sha256 else None
+        self._index_size = 0
 
     def __enter__(self) -> "RecordWriter":
         self._ctx = atomic_write_together(([self.index_path] if self.index_path is not None else []) + [self.path],
@@ -62,12 +94,54 @@ class RecordWriter:
         return self
 
     def write(self, data: bytes) -> None:
-        framed = frame_record(data)
-        self._f.write(framed)
+        self._written(frame_record(data))
+
+    def write_parts(self, parts: Sequence[bytes]) -> None:
+        """`write(b"".join(parts))`, without joining them: a large part (an image) is written as it is,
+        never copied into a record, and its CRC is taken in the same pass as the others'."""
+        length = struct.pack("<Q", sum(map(len, parts)))
+        crc = 0
+        for part in parts:
+            crc = _crc32c.crc32c(part, crc)
+        self._written(length + struct.pack("<I", _masked_crc(length)), *parts, struct.pack("<I", _mask(crc)))
+
+    def _written(self, *chunks: bytes) -> None:
+        """Write one framed record, given as consecutive chunks, and its index line."""
+        size = sum(map(len, chunks))
+        if size >= self.UNBUFFERED_BYTES:  # one writev: the buffer would only split it in two writes
+            self._f.flush()
+            try:
+                _write_all(self._f.fileno(), chunks)
+            except OSError as e:
+                e.filename = e.filename or self._f.name  # a full disk is this file's, not the first of the commit's
+                raise
+        else:
+            for chunk in chunks:
+                self._f.write(chunk)
+        if self._sha is not None:
+            for chunk in chunks:
+                self._sha.update(chunk)
         if self._index is not None:
-            self._index.write(b"%d %d\n" % (self._offset, len(framed)))
-        self._offset += len(framed)
+            line = b"%d %d\n" % (self._offset, size)
+            self._index.write(line)
+            self._index_size += len(line)
+            if self._index_sha is not None:
+                self._index_sha.update(line)
+        self._offset += size
         self.count += 1
+        if self._offset - self._written_back >= self.WRITEBACK_BYTES:
+            self._f.flush()
+            start_writeback(self._f.fileno(), self._written_back, self._offset - self._written_back)
+            self._written_back = self._offset
+
+    def files(self) -> dict[Path, dict]:
+        """{path: {"sha256", "size"}} of the record file and its index, as written (needs `sha256`)."""
+        if self._sha is None:
+            raise ValueError("RecordWriter(..., sha256=True) hashes what it writes; this one did not")
+        out = {self.path: {"sha256": self._sha.hexdigest(), "size": self._offset}}
+        if self.index_path is not None:
+            out[self.index_path] = {"sha256": self._index_sha.hexdigest(), "size": self._index_size}
+        return out
 
     def write_framed(self, framed: bytes, index_lines: bytes, count: int) -> None:
         """`count` records framed already (`frame_record`'s bytes, one after another) and their index lines,

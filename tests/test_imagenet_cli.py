@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,6 +154,41 @@ def test_errors_are_one_line_without_traceback(tmp_path):
     assert p.returncode == 1
     assert p.stderr == f"imagenet-prep: error: {tmp_path / 'nope'}: train input not found\n"
     assert not (tmp_path / "o").exists()
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group `pgid` (zombies aside: a reaped child is gone)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_sigterm_to_a_convert_and_its_workers_stops_them_all_and_leaves_nothing(tmp_path):
+    """What Slurm does at a time limit: SIGTERM to the command and its worker processes at once. One line, exit
+    status 143, no process left, and the folder the run created is gone (no shard, index, plan or temporary)."""
+    tree = samples.write_sample_tree(tmp_path / "raw", classes=10, per_class=120, val_per_class=12, seed=3)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "imagenet_prep.cli", "convert", "--train-dir", tree["train_dir"], "--validation-dir",
+           tree["validation_dir"], "--val-labels", tree["val_labels"], "--output-dir", str(out),
+           "--train-shards", "300", "--validation-shards", "30", "--workers", "2"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    deadline = time.monotonic() + 120
+    while not (out.is_dir() and [p for p in out.rglob("*") if ".tmp-" in p.name and "train-" in p.name]):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before a shard was being written"
+        time.sleep(0.002)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.startswith("imagenet-prep: terminated (SIGTERM)") and err.count("\n") == 1, err
+    assert _group(proc.pid) == []
+    assert not out.exists()
 
 
 def _tree_bytes(folder: Path) -> dict:

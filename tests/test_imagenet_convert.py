@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from imagenet_prep import convert, images, labels, samples
+from imagenet_prep.schema import IMAGENET_IMAGE, RecordEncoder
 from shardkit.errors import PrepError
 from testkit.archives import tar_bytes
 
@@ -414,6 +415,27 @@ def test_shared_tf_validation_labels_fixture_parses(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # Shards: sizes, order, determinism, inputs as tar archives
+
+def test_the_record_encoder_gives_the_schemas_bytes_around_the_image():
+    """RecordEncoder.around is IMAGENET_IMAGE.encode cut at the image, whatever the sizes (each varint of the
+    lengths changes width somewhere in them), labels, boxes and names; its caches change nothing."""
+    synsets = labels.load_synsets()
+    names_of = labels.load_names(synsets)
+    names = [names_of[w] for w in synsets]
+    encoder = RecordEncoder(synsets, names)
+    rng = random.Random(7)
+    sizes = [0, 1, 90, 127, 128, 16250, 16383, 16384, 65535, 65536, 110_000, 2**21 - 9, 2**21 + 1]
+    for i in range(300):
+        size = sizes[i % len(sizes)] if i < 2 * len(sizes) else rng.randrange(200_000)
+        data = bytes(rng.randrange(256) for _ in range(8)) * (size // 8) + b"\xd9" * (size % 8)
+        label, height = rng.choice([1, 2, rng.randrange(1, 1001)]), rng.choice([375, 500, rng.randrange(1, 5000)])
+        width = rng.choice([1, 127, 128, 500, 70000])  # labels and sizes repeat: the cached runs are used
+        boxes = [tuple(round(rng.random(), 4) for _ in range(4)) for _ in range(rng.choice([0, 0, 1, 3]))]
+        filename = rng.choice(["n01440764_10026.JPEG", "ILSVRC2012_val_00000001.JPEG", "é" * rng.randrange(150)])
+        head, tail = encoder.around(len(data), height, width, label, filename, boxes)
+        values = {k: list(v) for k, v in encoder.values(height, width, label, filename, boxes).items()}
+        assert head + data + tail == IMAGENET_IMAGE.encode({**values, "image/encoded": [data]}), (size, boxes)
+
 
 def test_shard_sizes_are_even_like_linspace(tmp_path):
     for n, s in ((1281167, 1024), (50000, 128), (23, 4), (24, 5), (7, 7)):

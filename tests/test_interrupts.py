@@ -69,6 +69,36 @@ def test_sigterm_leaves_no_temporary_and_a_rerun_gives_the_same_bytes(tmp_path):
     assert out.with_suffix(".index").read_bytes() == reference.with_suffix(".index").read_bytes()
 
 
+def test_a_sigterm_swallowed_where_python_cannot_raise_still_ends_the_command_as_one():
+    """Python runs the SIGTERM handler wherever the main thread is; in a __del__ (or a weakref callback, an
+    at-fork hook) its Terminated cannot leave and the code runs on. The command then fails or stops at its next
+    check: it must say terminated, in one line with status 143, not print the swallowed exception's traceback."""
+    code = f"""
+import argparse, os, signal, sys
+sys.path.insert(0, {str(REPO)!r})
+from shardkit.cli import run
+from shardkit.errors import PrepError
+
+class Doomed:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):  # the handler runs in this loop, inside __del__
+            pass
+
+def command(args):
+    Doomed()
+    print("ran on")  # reached only because the Terminated was swallowed
+    raise PrepError("train-00003-of-00008: the worker process writing it ended without a result (exit status 143)")
+
+parser = argparse.ArgumentParser(prog="prog")
+parser.add_subparsers(dest="command").add_parser("go")
+sys.exit(run("prog", parser, {{"go": command}}, ["go"]))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (128 + signal.SIGTERM, "ran on\n"), r.stderr
+    assert r.stderr == "prog: terminated (SIGTERM); nothing half-written is left, run the same command again\n"
+
+
 def test_a_dead_writers_temporary_is_removed_a_live_ones_is_not(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)  # that process has exited
@@ -101,6 +131,27 @@ except Exception as e:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == f"PrepError {tmp_path / 'big.bin'}: cannot write: file too large for this file system " \
                                f"or limit", r.stdout + r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_in_a_large_record_names_the_record_file_and_leaves_nothing(tmp_path):
+    """Records of an image's size go to the file by writev, not through the buffer: the same one line, from a
+    write cut short at the limit (the first writev writes what fits, the next fails)."""
+    code = f"""
+import resource, sys
+sys.path.insert(0, {str(REPO)!r})
+from shardkit import records
+resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+try:
+    with records.RecordWriter({str(tmp_path / 'train-00000-of-00001')!r}, {str(tmp_path / 'idx')!r}) as w:
+        for _ in range(10):
+            w.write_parts((b"head", b"x" * 100_000, b"tail"))
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == f"PrepError {tmp_path / 'train-00000-of-00001'}: cannot write: file too large for this " \
+                               f"file system or limit", r.stdout + r.stderr
     assert list(tmp_path.iterdir()) == []
 
 

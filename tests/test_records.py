@@ -199,3 +199,28 @@ def test_manifest_takes_the_hashes_writers_recorded_and_checks_their_sizes(tmp_p
         manifest.build_manifest(tmp_path, {}, known_files={"a.tfrecord": {"sha256": "0" * 64, "size": 3}})
     with pytest.raises(PrepError, match=r"c\.tfrecord: missing, but its writer recorded it"):
         manifest.build_manifest(tmp_path, {}, known_files={"c.tfrecord": {"sha256": "0" * 64, "size": 3}})
+
+
+@pytest.mark.parametrize("size", [0, 1, 115, 116, 127, 128, 16379, 16384, 65535, 65536, 2**21 - 8, 2**21])
+def test_a_bytes_entry_head_is_the_entry_without_its_value(size):
+    """Every varint that precedes the value changes width somewhere in these sizes."""
+    value = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    assert example.bytes_entry_head("image/encoded", size) + value == \
+        example.feature_entry("image/encoded", example.BYTES, [value])
+    assert example.varint(size) == example._varint_slow(size)
+
+
+def test_records_written_in_parts_are_the_joined_records_and_hashed_as_written(tmp_path):
+    payloads = [b"", b"a", bytes(range(256)) * 400, b"z" * 70000]
+    records.write_records(tmp_path / "whole.tfrecord", payloads, tmp_path / "whole.index")
+    writer = records.RecordWriter(tmp_path / "parts.tfrecord", tmp_path / "parts.index", sha256=True)
+    writer.WRITEBACK_BYTES = 50_000  # the early writeback taken too, which changes nothing in the bytes
+    with writer:
+        for data in payloads:
+            cut = min(10, len(data)), max(10, len(data) - 3)
+            writer.write_parts((data[:cut[0]], data[cut[0]:cut[1]], data[cut[1]:]))
+    for suffix in (".tfrecord", ".index"):
+        assert (tmp_path / f"parts{suffix}").read_bytes() == (tmp_path / f"whole{suffix}").read_bytes()
+    assert writer.files() == {p: {"sha256": atomic.sha256_file(p), "size": p.stat().st_size}
+                              for p in (tmp_path / "parts.tfrecord", tmp_path / "parts.index")}
+    assert [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "parts.tfrecord"))] == payloads
