@@ -171,37 +171,6 @@ def _parsed_batches(tf, records: RecordFiles, path: Path, names=None, *, skip: i
                         f"(seq {dims[SEQ]}, {dims[PRED]} predictions): {what}") from None
 
 
-def batches(records: RecordFiles) -> Iterator[tuple[Path, dict]]:
-    """(file, batch) for every instance of `records`, in file order: standard-layout numpy batches (BERT_INSTANCE's
-    features and shapes, int64 and float32), whatever the kind. PrepError naming the file and record that breaks
-    its layout."""
-    for path in records.files:
-        for b in file_batches(records, path):
-            yield path, b
-
-
-def _plain_batches(records: RecordFiles, path: Path, decoded: list[int]) -> Iterator[dict]:
-    """The batches `_parsed_batches` gives, decoded without TensorFlow (`example.decode_batch`) for as long as the
-    records are in the plain form it takes and the file reads without a framing or checksum error;
-    `decoded[0]` counts the batches given. Stops at the first batch it cannot give: TensorFlow takes it from there."""
-    schema, dims = SCHEMAS[records.kind], records.dims
-    features = [(f.name, f.kind, f.length(dims)) for f in schema.features]
-    scalars = [f.name for f in schema.features if f.shape == ()]  # FixedLenFeature([]): one value a record, [B]
-    batch: list[bytes] = []
-    try:
-        for data in read_records(path):
-            batch.append(data)
-            if len(batch) == BATCH:
-                yield decode_batch(batch, features)
-                decoded[0] += 1
-                batch = []
-        if batch:
-            yield decode_batch(batch, features)
-            decoded[0] += 1
-    except (NotPlainExample, PrepError):
-        return
-
-
 def _plain_batches(records: RecordFiles, path: Path, state: dict) -> Iterator[dict]:
     """The batches `_parsed_batches` gives, decoded without TensorFlow (`example.decode_batch`) for as long as the
     records are in the plain form it takes and the file reads without a framing or checksum error. Counts the
