@@ -859,9 +859,11 @@ static int document_instances(Generator *g, Py_ssize_t d) {
     return 0;
 }
 
-static int write_all(int fd, const char *p, size_t n) {
+/* All n bytes written: with write(2) at the file's position when at < 0, else with pwrite(2) at `at`;
+   EINTR retried after Python's signal handlers ran (a SIGTERM raises there). */
+static int write_all_at(int fd, const char *p, size_t n, int64_t at) {
     while (n > 0) {
-        ssize_t r = write(fd, p, n);
+        ssize_t r = at < 0 ? write(fd, p, n) : pwrite(fd, p, n, (off_t)at);
         if (r < 0 && errno == EINTR) {
             if (PyErr_CheckSignals() < 0)
                 return -1;
@@ -873,6 +875,8 @@ static int write_all(int fd, const char *p, size_t n) {
         }
         p += r;
         n -= (size_t)r;
+        if (at >= 0)
+            at += r;
     }
     return 0;
 }
@@ -903,7 +907,7 @@ static PyObject *generator_run(Generator *g, PyObject *args) {
             g->pass++;
         }
     }
-    if (write_all(fd, g->out.data, g->out.len) < 0)
+    if (write_all_at(fd, g->out.data, g->out.len, -1) < 0)
         return NULL;
     if (g->out.cap > 2 * (size_t)max_bytes + (1 << 20)) /* a long document made a large batch: give it back */
         buf_free(&g->out);
@@ -990,25 +994,6 @@ static int pread_all(int fd, char *p, size_t n, int64_t at) {
         if (r <= 0) {
             if (r == 0)
                 errno = EIO; /* the spill is shorter than its offsets say */
-            PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-        at += r;
-    }
-    return 0;
-}
-
-static int pwrite_all(int fd, const char *p, size_t n, int64_t at) {
-    while (n > 0) {
-        ssize_t r = pwrite(fd, p, n, (off_t)at);
-        if (r < 0 && errno == EINTR) {
-            if (PyErr_CheckSignals() < 0)
-                return -1;
-            continue;
-        }
-        if (r < 0) {
             PyErr_SetFromErrno(PyExc_OSError);
             return -1;
         }
@@ -1156,7 +1141,7 @@ static PyObject *copy_shuffled(PyObject *Py_UNUSED(module), PyObject *args) {
                         }
                         b->chunks = more;
                     }
-                    if (pwrite_all(fd, b->tail, STREAM_CHUNK, log_end) < 0)
+                    if (write_all_at(fd, b->tail, STREAM_CHUNK, log_end) < 0)
                         goto done;
                     b->chunks[b->n_chunks++] = log_end;
                     log_end += STREAM_CHUNK;
