@@ -8,19 +8,23 @@ file that opens anywhere (a laptop, a cluster's login node through a copied file
 data gives the same bytes, since nothing here adds a time, a path or a random id.
 
 `Report` collects the figures of one report as it is built, so the caller writes each PNG beside
-the page (the same bytes the page embeds).
+the page (the same bytes the page embeds). `Report.figures` renders several at once, one forked
+child per figure: matplotlib draws in one thread, and a dataset's report is the one serial step
+at the end of a pipeline run, where the other cores have nothing left to do.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import os
 import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from .atomic import write_bytes, write_text
 from .plots import png_bytes
+from .pool import forked_each
 
 # Plain CSS, inline: readable on a laptop screen and printable; wide tables scroll in their own box.
 _STYLE = """
@@ -191,9 +195,29 @@ class Report:
 
     def figure(self, name: str, fig, alt: str, caption: str | Html = "") -> Html:
         """Render matplotlib `fig` as PNG `name` and return it embedded, captioned with its file name too."""
-        png = png_bytes(fig)
-        self.pngs[name] = png
-        return figure(png, alt, join([caption, " " if caption else "", tag("code", name)]))
+        return self.figures([(name, fig, alt, caption)], processes=1)[0]
+
+    def figures(self, specs: Iterable[tuple], processes: int | None = None) -> list[Html]:
+        """`figure` for each (name, fig, alt[, caption]) of `specs`, in that order, rendered `processes` at a
+        time (default: one per usable core) in forked children (`shardkit.pool.forked_each`: an error or a
+        signal stops and reaps them all). `specs` may build each figure as it is asked for: the next is
+        built while the last ones are drawn. The same bytes as rendering them here one after another: a
+        child draws the figure as it was at the fork, and Agg's output depends on nothing else."""
+        if processes is None:
+            processes = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        taken: list[tuple] = []
+        specs = (taken.append(spec) or spec for spec in specs)
+        if processes <= 1:
+            rendered = dict(_render(spec) for spec in specs)
+        else:
+            with forked_each(_render, specs, processes, name=lambda spec: spec[0]) as finished:
+                rendered = dict(finished)
+        out = []
+        for name, _, alt, *caption in taken:
+            caption = caption[0] if caption else ""
+            self.pngs[name] = png = rendered[name]
+            out.append(figure(png, alt, join([caption, " " if caption else "", tag("code", name)])))
+        return out
 
     def write(self, out_dir, page_text: str, *, overwrite: bool = False) -> list[str]:
         """Commit every PNG, then report.html (each atomically; `overwrite` as in `shardkit.atomic`).
@@ -203,6 +227,11 @@ class Report:
             write_bytes(out_dir / name, png, overwrite=overwrite)
         write_text(out_dir / REPORT_HTML, page_text, overwrite=overwrite)
         return [*self.pngs, REPORT_HTML]
+
+
+def _render(spec: tuple) -> tuple[str, bytes]:
+    """(name, PNG bytes) of one `Report.figures` spec: what a forked child sends back."""
+    return spec[0], png_bytes(spec[1])
 
 
 REPORT_HTML = "report.html"

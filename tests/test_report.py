@@ -366,3 +366,51 @@ def test_a_report_inside_the_dataset_is_outside_its_manifest(bert, tmp_path):
         "present": True, "verified": True, "ok": False,
         "problem": "dataset/stray.tfrecord.bak: not listed in MANIFEST.json (a file the dataset did not write); "
                    "remove it, or move it elsewhere"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Report.figures: drawn in forked children, the bytes and order of drawing them one by one
+
+def _bar_figure(n: int):
+    from shardkit.plots import figure
+
+    fig = figure(4, 2)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.bar(range(n), [i * i + 1 for i in range(n)])
+    ax.set_yscale("log")
+    ax.set_title(f"{n} bars")
+    return fig
+
+
+def test_figures_in_children_give_the_bytes_and_order_of_one_by_one():
+    from shardkit.report import Report
+
+    def specs():  # new figures each time: drawing one lays it out anew
+        return [(f"f{n}.png", _bar_figure(n), f"{n} bars") for n in (3, 9, 1, 30, 5)]
+
+    one_by_one, in_children = Report(), Report()
+    serial = [one_by_one.figure(*spec) for spec in specs()]
+    built = []
+    parallel = in_children.figures((built.append(s[0]) or s for s in specs()), processes=2)  # built as asked
+    assert built == list(one_by_one.pngs)
+    assert parallel == serial  # the same <figure>s, in the specs' order
+    assert list(in_children.pngs) == list(one_by_one.pngs) == built
+    assert in_children.pngs == one_by_one.pngs
+    assert len(set(in_children.pngs.values())) == 5
+
+
+def test_figures_stop_every_child_when_building_one_fails():
+    """An error while the next figure is built (in this process) ends the call with that error, and no
+    child is left running."""
+    import multiprocessing
+
+    from shardkit.report import Report
+
+    def specs():
+        yield "a.png", _bar_figure(40), "a"
+        yield "b.png", _bar_figure(40), "b"
+        raise PrepError("the third figure cannot be built")
+
+    with pytest.raises(PrepError, match="third figure"):
+        Report().figures(specs(), processes=2)
+    assert multiprocessing.active_children() == []

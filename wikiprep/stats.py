@@ -363,12 +363,19 @@ def _plain(label: str) -> str:
 
 
 def _plots(st: dict, rep: Report) -> dict[str, Html]:
-    """Every figure of the report, rendered once (its bytes kept by `rep`), by section."""
+    """Every figure of the report, rendered once (its bytes kept by `rep`), by section. `Report.figures`
+    draws each in a child of its own as soon as it is built, while the next is being built."""
+    sections: list[str] = []
+    specs = ((sections.append(section) or spec) for section, *spec in _figure_specs(st))
+    return dict(zip(sections, rep.figures(specs)))
+
+
+def _figure_specs(st: dict):
+    """(section, file name, figure, alt text) of each figure of the report, built one at a time."""
     import numpy as np
     from matplotlib.ticker import MaxNLocator
 
     seq, pred = st["max_seq_length"], st["max_predictions_per_seq"]
-    out = {}
 
     fig = figure(10, 3.6)
     ax = fig.add_subplot(1, 1, 1)
@@ -382,7 +389,7 @@ def _plots(st: dict, rep: Report) -> dict[str, Html]:
     ax.set_title(f"Real tokens per instance: mean {st['mean_length']:.1f}; full length ({seq}, orange) "
                  f"{_percent(st['full_length_fraction'])}")
     ax.grid(True, axis="y", alpha=0.3)
-    out["lengths"] = rep.figure("lengths.png", fig, "histogram of real tokens per instance")
+    yield "lengths", "lengths.png", fig, "histogram of real tokens per instance"
 
     fig = figure(10, 3.6)
     ax = fig.add_subplot(1, 1, 1)
@@ -399,7 +406,7 @@ def _plots(st: dict, rep: Report) -> dict[str, Html]:
     ax.set_title(f"A/B split: mean A {st['mean_segment_a_length']:.1f}, mean B {st['mean_segment_b_length']:.1f}")
     ax.legend(loc="upper right")
     ax.grid(True, alpha=0.3)
-    out["segments"] = rep.figure("segments.png", fig, "histograms of segment A and segment B lengths")
+    yield "segments", "segments.png", fig, "histograms of segment A and segment B lengths"
 
     fig = figure(10, 3.4)
     ax = fig.add_subplot(1, 1, 1)
@@ -414,7 +421,7 @@ def _plots(st: dict, rep: Report) -> dict[str, Html]:
     ax.set_title(f"Masks per instance: mean {st['mean_masks']:.2f}; at max_predictions_per_seq ({pred}, orange) "
                  f"{_percent(st['masks_at_max_fraction'])}")
     ax.grid(True, axis="y", alpha=0.3)
-    out["masks"] = rep.figure("masks.png", fig, "histogram of masked tokens per instance")
+    yield "masks", "masks.png", fig, "histogram of masked tokens per instance"
 
     fig = figure(10, 5.2)
     files = st["files"]
@@ -438,7 +445,7 @@ def _plots(st: dict, rep: Report) -> dict[str, Html]:
     for a in fig.axes:
         a.set_xlim(-0.6, len(files) - 0.4)
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
-    out["shards"] = rep.figure("shards.png", fig, "instances and random-next share per shard")
+    yield "shards", "shards.png", fig, "instances and random-next share per shard"
 
     shown = 20
     fig = figure(10, 0.28 * shown + 1.4)
@@ -451,8 +458,7 @@ def _plots(st: dict, rep: Report) -> dict[str, Html]:
         ax.set_xlabel("share of the tokens (%)" if col == 0 else "share of the masked tokens (%)")
         ax.set_title(title)
         ax.grid(True, axis="x", alpha=0.3)
-    out["tokens"] = rep.figure("tokens.png", fig, "bar charts of the commonest tokens and masked tokens")
-    return out
+    yield "tokens", "tokens.png", fig, "bar charts of the commonest tokens and masked tokens"
 
 
 def _bucket_rows(hist: dict[str, int], seq: int, total: int) -> list[list]:
