@@ -65,42 +65,8 @@ def run_reference(train_dir: str, validation_dir: str, output_dir: str, train_sh
     tf1.disable_eager_execution()
     t0 = time.perf_counter()
 
-    def _int64_feature(value):
-        if not isinstance(value, list):
-            value = [value]
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-
-    def _float_feature(value):
-        if not isinstance(value, list):
-            value = [value]
-        return tf.train.Feature(float_list=tf.train.FloatList(value=value))
-
-    def _bytes_feature(value):
-        if isinstance(value, str):
-            value = value.encode("utf-8")
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-    def _convert_to_example(filename, image_buffer, label, synset, human, bbox, height, width):
-        xmin, ymin, xmax, ymax = [], [], [], []
-        for b in bbox:
-            for lst, point in zip([xmin, ymin, xmax, ymax], b):
-                lst.append(point)
-        return tf.train.Example(features=tf.train.Features(feature={
-            "image/height": _int64_feature(height),
-            "image/width": _int64_feature(width),
-            "image/colorspace": _bytes_feature("RGB"),
-            "image/channels": _int64_feature(3),
-            "image/class/label": _int64_feature(label),
-            "image/class/synset": _bytes_feature(synset),
-            "image/class/text": _bytes_feature(human),
-            "image/object/bbox/xmin": _float_feature(xmin),
-            "image/object/bbox/xmax": _float_feature(xmax),
-            "image/object/bbox/ymin": _float_feature(ymin),
-            "image/object/bbox/ymax": _float_feature(ymax),
-            "image/object/bbox/label": _int64_feature([label] * len(xmin)),
-            "image/format": _bytes_feature("JPEG"),
-            "image/filename": _bytes_feature(os.path.basename(filename)),
-            "image/encoded": _bytes_feature(image_buffer)}))
+    # Its feature helpers and _convert_to_example, verbatim (shared with the tests).
+    from testkit.build_imagenet_data import _convert_to_example
 
     class ImageCoder:
         def __init__(self):

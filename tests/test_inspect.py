@@ -211,39 +211,8 @@ def test_a_vocab_that_is_not_the_records_one_is_one_error_line(bert_files, tmp_p
 TF_SIDE = r"""
 import json, sys
 import tensorflow as tf
+from testkit.build_imagenet_data import _convert_to_example
 out, image, ours = sys.argv[1], open(sys.argv[2], "rb").read(), sys.argv[3:]
-
-def _int64_feature(value):
-    if not isinstance(value, list):
-        value = [value]
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=value))
-
-def _float_feature(value):
-    if not isinstance(value, list):
-        value = [value]
-    return tf.train.Feature(float_list=tf.train.FloatList(value=value))
-
-def _bytes_feature(value):
-    if isinstance(value, str):
-        value = value.encode("utf-8")
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-def _convert_to_example(filename, image_buffer, label, synset, human, bbox, height, width):
-    xmin, ymin, xmax, ymax = [], [], [], []
-    for b in bbox:
-        assert len(b) == 4
-        [l.append(point) for l, point in zip([xmin, ymin, xmax, ymax], b)]
-    colorspace, channels, image_format = "RGB", 3, "JPEG"
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image/height": _int64_feature(height), "image/width": _int64_feature(width),
-        "image/colorspace": _bytes_feature(colorspace), "image/channels": _int64_feature(channels),
-        "image/class/label": _int64_feature(label), "image/class/synset": _bytes_feature(synset),
-        "image/class/text": _bytes_feature(human), "image/object/bbox/xmin": _float_feature(xmin),
-        "image/object/bbox/xmax": _float_feature(xmax), "image/object/bbox/ymin": _float_feature(ymin),
-        "image/object/bbox/ymax": _float_feature(ymax),
-        "image/object/bbox/label": _int64_feature([label] * len(xmin)),
-        "image/format": _bytes_feature(image_format),
-        "image/filename": _bytes_feature(filename.split("/")[-1]), "image/encoded": _bytes_feature(image_buffer)}))
 
 shape = tf.image.decode_jpeg(image, channels=3).shape
 with tf.io.TFRecordWriter(out) as w:
