@@ -20,7 +20,9 @@ visiting distinct words and pairs instead of positions gives the same sets.
 
 from __future__ import annotations
 
-from collections import Counter
+import re
+from typing import Callable
+
 
 import numpy as np
 from nltk.probability import FreqDist
@@ -44,9 +46,45 @@ def nltk_parameters(text: str, lang_vars: PunktLanguageVars | None = None,
     return trainer.get_params()
 
 
+# nltk's word regex is `(MultiChar | (?=WordStart)\S+?(?=End) | \S)`: a word grows one character at a time,
+# each step trying the five alternatives of End (whitespace, end, a non-word character, multi-character
+# punctuation, a word-final comma), and that is most of training's time. `_FAST_WORDS` finds the same words:
+# - a first alternative takes a run of word characters (\w: letters, digits, "_") followed by whitespace or the
+#   end. nltk takes the same word there: \w is none of MultiChar's first characters ("-", "."), passes
+#   WordStart (all punctuation), and End fails before every \w character (End looks at that character: not
+#   whitespace, not a non-word character, "-", "." or ","; `$` fails since lines hold no newline), then holds;
+# - otherwise nltk's three alternatives follow in nltk's order, the lazy `\S+?(?=End)` written as the greedy
+#   `\S(?:(?!End)\S)*`, which stops at the same first position where End holds (at whitespace or the end it
+#   does), with runs of \w taken at once for the same reason as above.
+# A test compares the two on random lines of the characters that matter.
+_FAST_WORDS_FMT = r"""(
+        \w++(?!\S)
+        |
+        %(MultiChar)s
+        |
+        (?=%(WordStart)s)\S(?:\w++|(?!%(End)s)\S)*
+        |
+        \S
+    )"""
+_END_FMT = r"\s|$|%(NonWord)s|%(MultiChar)s|,(?=$|\s|%(NonWord)s|%(MultiChar)s)"
+
+
+def word_finder(lang_vars: PunktLanguageVars) -> Callable[[str], list[str]]:
+    """`lang_vars.word_tokenize` as a function of one line: the faster, same regex when `lang_vars` tokenizes
+    with nltk's pattern and parts, else `lang_vars`' own regex."""
+    own = lang_vars._word_tokenizer_re()
+    nltk_vars = PunktLanguageVars()
+    parts = {"NonWord": nltk_vars._re_non_word_chars, "MultiChar": nltk_vars._re_multi_char_punct,
+             "WordStart": nltk_vars._re_word_start}
+    if own.pattern != nltk_vars._word_tokenize_fmt % parts or (own.flags & ~re.UNICODE) != re.VERBOSE:
+        return own.findall
+    parts["End"] = _END_FMT % parts
+    return re.compile(_FAST_WORDS_FMT % parts, re.UNICODE | re.VERBOSE).findall
+
+
 def _words(text: str, lang_vars: PunktLanguageVars) -> tuple[list[str], list[int], list[int]]:
     """The words of `PunktBaseClass._tokenize_words`, with the positions of line and paragraph starts."""
-    findall = lang_vars._word_tokenizer_re().findall
+    findall = word_finder(lang_vars)
     words: list[str] = []
     line_starts: list[int] = []
     para_starts: list[int] = []
@@ -73,21 +111,24 @@ def train_parameters(text: str, lang_vars: PunktLanguageVars | None = None,
     trainer = PunktTrainer(lang_vars=lang_vars, token_cls=token_cls)
     params = trainer._params
     words, line_starts, para_starts = _words(text, lang_vars)
+    index = {word: i for i, word in enumerate(dict.fromkeys(words))}  # distinct words, in order of appearance
+    ids = np.array(list(map(index.__getitem__, words)), dtype=np.int64)
+    n_of = np.bincount(ids, minlength=len(index))
+    tokens = [token_cls(word) for word in index]  # one per distinct word, annotated below as nltk does each
 
     # _train_tokens, part 1: type frequencies and the period-final count.
-    counts = Counter(words)
-    distinct = list(counts)
-    n_of = list(counts.values())
-    tokens = [token_cls(w) for w in distinct]  # one per distinct word, annotated below like every occurrence
-    type_fdist = FreqDist()
-    for tok, n in zip(tokens, n_of):
-        type_fdist[tok.type] += n
-    trainer._type_fdist = type_fdist
-    trainer._num_period_toks = sum(n for tok, n in zip(tokens, n_of) if tok.period_final)
+    type_counts: dict[str, int] = {}
+    for tok, n in zip(tokens, n_of.tolist()):
+        type_counts[tok.type] = type_counts.get(tok.type, 0) + n
+    trainer._type_fdist = type_fdist = FreqDist(type_counts)
+    period_final = np.array([tok.period_final for tok in tokens], dtype=bool)
+    trainer._num_period_toks = int(n_of[period_final].sum())
     trainer._finalized = False
 
-    # Part 2: abbreviations by score, nltk's loop over the distinct types verbatim.
-    for abbr, score, is_add in trainer._reclassify_abbrev_types({tok.type for tok in tokens}):
+    # Part 2: abbreviations by score, nltk's loop verbatim. With no abbreviation known beforehand, only a type
+    # ending in a period can add one (or remove it: a type `t` is met once `t.` added it, scored the same).
+    period_types = {typ for typ in type_counts if typ.endswith(".")}
+    for abbr, score, is_add in trainer._reclassify_abbrev_types(period_types):
         if score >= trainer.ABBREV:
             if is_add:
                 params.abbrev_types.add(abbr)
@@ -97,12 +138,11 @@ def train_parameters(text: str, lang_vars: PunktLanguageVars | None = None,
     # Part 3: the first pass annotates by the word alone, so once per distinct word.
     for tok in tokens:
         trainer._first_pass_annotation(tok)
-
-    index = {w: i for i, w in enumerate(distinct)}
-    ids = np.array([index[w] for w in words], dtype=np.int64)
-    sentbreak = np.array([bool(t.sentbreak) for t in tokens], dtype=bool)
-    number_or_initial = np.array([bool(t.is_number or t.is_initial) for t in tokens], dtype=bool)
-    unknown_after = np.array([bool(t.ellipsis or t.abbr) for t in tokens], dtype=bool)
+    rows = [(bool(t.sentbreak), bool(t.sentbreak and (t.is_number or t.is_initial)), bool(t.ellipsis or t.abbr),
+             _CASES.index(t.first_case)) for t in tokens]
+    facts = np.array(rows, dtype=np.int64).reshape(len(tokens), 4)
+    sentbreak, number_or_initial, unknown_after = (facts[:, j].astype(bool) for j in range(3))
+    case = facts[:, 3]
 
     # Part 4: orthographic contexts (`_get_orthography_data`). The context a word leaves for the next one
     # depends on the word; a line or paragraph start then overrides it, in nltk's order.
@@ -116,30 +156,47 @@ def train_parameters(text: str, lang_vars: PunktLanguageVars | None = None,
         context[para] = np.where(context[para] != _UNKNOWN, _INITIAL, context[para])
         line = np.array(line_starts, dtype=np.int64)
         context[line] = np.where(context[line] == _INTERNAL, _UNKNOWN, context[line])
-    case = np.array([_CASES.index(t.first_case) for t in tokens], dtype=np.int64)
     flags = np.zeros(len(tokens), dtype=np.int64)
     np.bitwise_or.at(flags, ids, _ORTHO_FLAGS[context, case[ids]])
     for tok, flag in zip(tokens, flags.tolist()):
         if flag:
             params.add_ortho_context(tok.type_no_sentperiod, flag)
 
-    # Part 5: the sentence-break count, and the statistics of a period-final word and the word after it.
-    trainer._sentbreak_count = int(np.dot(sentbreak, n_of)) if tokens else 0
-    period_final = np.array([t.period_final for t in tokens], dtype=bool)
-    # Every heuristic of nltk's pair loop needs the first word to be a sentence break (INCLUDE_ALL_COLLOCS and
-    # INCLUDE_ABBREV_COLLOCS are off), so only those pairs are kept, counted per distinct pair.
+    # Part 5: the sentence-break count, and nltk's loop over a period-final word and the word after it. Each of
+    # its three heuristics needs the first word to be a sentence break (INCLUDE_ALL_COLLOCS and
+    # INCLUDE_ABBREV_COLLOCS are off), so only those pairs are looked at, each distinct pair once.
+    trainer._sentbreak_count = int(n_of[sentbreak].sum())
     first = np.flatnonzero((period_final & sentbreak)[ids[:-1]])
-    pairs, pair_counts = np.unique(ids[first] * len(tokens) + ids[first + 1], return_counts=True)
-    sent_starters, collocations = FreqDist(), FreqDist()
-    for pair, n in zip(pairs.tolist(), pair_counts.tolist()):
-        tok1, tok2 = tokens[pair // len(tokens)], tokens[pair % len(tokens)]
+    # A rare abbreviation (`_is_rare_abbrev_type`) is a type seen fewer than ABBREV_BACKOFF times, counted
+    # nltk's way; only the pairs whose first word passes that are asked.
+    rare = np.zeros(len(tokens), dtype=bool)
+    for i in np.unique(ids[first]).tolist():
+        typ = tokens[i].type_no_sentperiod
+        rare[i] = type_fdist[typ] + type_fdist[typ[:-1]] < trainer.ABBREV_BACKOFF
+    for i, j in _distinct_pairs(ids, first[rare[ids[first]]]):
+        tok1, tok2 = tokens[i], tokens[j]
         if trainer._is_rare_abbrev_type(tok1, tok2):
             params.abbrev_types.add(tok1.type_no_period)
-        if trainer._is_potential_sent_starter(tok2, tok1):
-            sent_starters[tok2.type] += n
+    # A collocation (`_is_potential_collocation`) starts with a number or an initial.
+    collocations = FreqDist()
+    for (i, j), n in _distinct_pairs(ids, first[number_or_initial[ids[first]]]).items():
+        tok1, tok2 = tokens[i], tokens[j]
         if trainer._is_potential_collocation(tok1, tok2):
             collocations[(tok1.type_no_period, tok2.type_no_sentperiod)] += n
+    # A sentence starter (`_is_potential_sent_starter`) is an alphabetic word after any other sentence break.
+    sent_starters = FreqDist()
+    after = np.bincount(ids[first[~number_or_initial[ids[first]]] + 1], minlength=len(tokens))
+    for i in np.flatnonzero(after).tolist():
+        if tokens[i].is_alpha:
+            sent_starters[tokens[i].type] += int(after[i])
     trainer._sent_starter_fdist, trainer._collocation_fdist = sent_starters, collocations
 
     trainer.finalize_training()
     return trainer.get_params()
+
+
+def _distinct_pairs(ids: np.ndarray, positions: np.ndarray) -> dict[tuple[int, int], int]:
+    """How often each distinct (word at p, word at p + 1) occurs at the positions p."""
+    base = int(ids.max()) + 1 if len(ids) else 1
+    pairs, counts = np.unique(ids[positions] * base + ids[positions + 1], return_counts=True)
+    return {divmod(pair, base): n for pair, n in zip(pairs.tolist(), counts.tolist())}
