@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenceTokenizer, PunktToken, PunktTrainer
+from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenceTokenizer, PunktToken
 
 from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
@@ -31,6 +31,7 @@ from shardkit.progress import Progress, Stage, throttle
 
 from .clean import clean_document
 from .extract import check_parts
+from .punkt_training import train_parameters
 
 log = logging.getLogger(__name__)
 
@@ -221,10 +222,7 @@ def train_punkt(sample: list[str], out_path: str | Path, *, source: str = "the e
     stage = Stage(log, f"train Punkt on {source}")
     if not sample:
         raise PrepError(f"sentence model: no article text to train Punkt on in {source}")
-    trainer = PunktTrainer(lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
-    trainer.train("\n\n".join(sample), finalize=False)
-    trainer.finalize_training()
-    params = trainer.get_params()
+    params = train_parameters("\n\n".join(sample), PlainRegexLanguageVars(), PlainRegexToken)  # nltk's model
     model = {
         "format": "wikiprep-punkt-1",
         "abbrev_types": sorted(params.abbrev_types),
