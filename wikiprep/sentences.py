@@ -99,16 +99,21 @@ class PlainRegexToken(PunktToken):
 
 
 class PunktSplitter(PunktSentenceTokenizer):
-    """Punkt with its per-candidate decision memoised. For every ".", "?" or "!" that may end a
-    sentence, Punkt re-tokenizes and re-annotates the little context around it ("century. The");
-    the answer depends only on that string and the model, and the same contexts recur
-    ("). In", "U.S. The"), so they are decided once. Bounded: the table is emptied when full."""
+    """Punkt's `tokenize`, the same sentences made with less work (profiled: ~70% of `split_part` went to
+    nltk's span machinery). For every ".", "?" or "!" that may end a sentence, Punkt decides from the
+    little context around it ("century. The") whether it does; the answer depends only on that string
+    and the model, and the same contexts recur ("). In", "U.S. The"), so each is decided once. Bounded:
+    the table is emptied when full. `tokenize` walks the candidates of a paragraph in one loop
+    (`_sentence_spans`); each step that differs from nltk's says why the result is the same. Tested
+    against nltk on a corpus of tricky cases and on real text."""
 
     MAX_CONTEXTS = 200_000
 
     def __init__(self, params: PunktParameters):
         super().__init__(params, lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
         self._decided: dict[str, bool] = {}
+        self._period_context = self._lang_vars.period_context_re()
+        self._realignment = self._lang_vars.re_boundary_realignment
 
     def text_contains_sentbreak(self, text: str) -> bool:
         decided = self._decided.get(text)
@@ -117,6 +122,97 @@ class PunktSplitter(PunktSentenceTokenizer):
                 self._decided.clear()
             decided = self._decided[text] = super().text_contains_sentbreak(text)
         return decided
+
+    def tokenize(self, text: str, realign_boundaries: bool = True) -> list[str]:
+        if not realign_boundaries:
+            return super().tokenize(text, realign_boundaries)
+        return [text[start:stop] for start, stop in self._sentence_spans(text)]
+
+    def span_tokenize(self, text: str, realign_boundaries: bool = True) -> Iterator[tuple[int, int]]:
+        if not realign_boundaries:
+            return super().span_tokenize(text, realign_boundaries)
+        return iter(self._sentence_spans(text))
+
+    def _sentence_spans(self, text: str) -> list[tuple[int, int]]:
+        """nltk's `span_tokenize` (`_match_potential_end_contexts`, `_slices_from_text` and
+        `_realign_boundaries`, three generators chained by `_pair_iter`) as one pass over the
+        candidate ends, then one over the slices."""
+        slices = []
+        if "." in text or "?" in text or "!" in text:  # else no candidate: only the last slice below
+            decided, contains_sentbreak = self._decided, self.text_contains_sentbreak
+            # nltk finds the word before a candidate by walking back, in Python, to the last character
+            # of string.whitespace (ASCII only, not `\s`); str.rfind of each whitespace character that
+            # occurs in the paragraph finds the same index.
+            spaces = [c for c in "\t\n\r\x0b\x0c" if c in text]
+            rfind = text.rfind
+            last_break = 0
+            previous = None  # nltk's previous_match
+            previous_start = previous_stop = 0  # nltk's previous_slice: the word before `previous`
+            for match in self._period_context.finditer(text):
+                end_char = match.start()
+                space = rfind(" ", previous_stop, end_char)
+                for c in spaces:
+                    space = max(space, rfind(c, space + 1 if space >= 0 else previous_stop, end_char))
+                # nltk takes a whitespace at the very start of the searched text (index 0 of
+                # `before_text`) for "none found", as it does a missing one; so does this test.
+                word_start = space + 1 if space > previous_stop else previous_start
+                # A candidate whose word reaches back over the previous candidate ("acting!!!")
+                # replaces it: nltk yields the previous one only when the words do not overlap.
+                if previous is not None and previous_stop <= word_start:
+                    # nltk's context, text[previous_slice] + match.group() + match.group("after_tok"),
+                    # is one contiguous piece of the text: the word ends where the match starts.
+                    context = text[previous_start:previous.end(1)]
+                    decision = decided.get(context)
+                    if decision is None:
+                        decision = contains_sentbreak(context)
+                    if decision:
+                        slices.append((last_break, previous_stop + 1))
+                        next_token = previous.start(2)  # -1 when the next token is punctuation
+                        last_break = next_token if next_token >= 0 else previous_stop + 1
+                previous, previous_start, previous_stop = match, word_start, end_char
+            if previous is not None:
+                context = text[previous_start:previous.end(1)]
+                decision = decided.get(context)
+                if decision is None:
+                    decision = contains_sentbreak(context)
+                if decision:
+                    slices.append((last_break, previous_stop + 1))
+                    next_token = previous.start(2)
+                    last_break = next_token if next_token >= 0 else previous_stop + 1
+        else:
+            last_break = 0
+        # The last sentence should not contain trailing whitespace (nltk's `_slices_from_text`).
+        slices.append((last_break, len(text.rstrip())))
+
+        # nltk's `_realign_boundaries`: closing quotes or brackets that follow a sentence's end move
+        # into it. The realignment pattern matches only text that starts with one of them, so the
+        # regex runs only on such slices; it runs on the slice itself, as in nltk.
+        spans = []
+        realign = 0
+        last = len(slices) - 1
+        closers = self._CLOSERS
+        realignment = self._realignment
+        for i, (start, stop) in enumerate(slices):
+            start += realign
+            if i == last:
+                if start < stop:  # nltk: `if text[sentence1]`; stop never exceeds len(text)
+                    spans.append((start, stop))
+                break
+            next_start, next_stop = slices[i + 1]
+            m = None
+            if next_start < next_stop and text[next_start] in closers:
+                m = realignment.match(text[next_start:next_stop])
+            if m:
+                spans.append((start, next_start + len(m.group(0).rstrip())))
+                realign = m.end()
+            else:
+                realign = 0
+                if start < stop:
+                    spans.append((start, stop))
+        return spans
+
+    # The characters that can start a match of nltk's `re_boundary_realignment`, its first class.
+    _CLOSERS = frozenset("\"')]}\u2018\u2019\u201c\u201d\xab\xbb")
 
 
 def stable_hash(*parts) -> int:
