@@ -23,7 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenceTokenizer, PunktToken, PunktTrainer
+from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktLanguageVars, PunktParameters, PunktSentenceTokenizer, PunktToken,
+                                  PunktTrainer)
 
 from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
@@ -112,6 +113,8 @@ class PunktSplitter(PunktSentenceTokenizer):
     def __init__(self, params: PunktParameters):
         super().__init__(params, lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
         self._decided: dict[str, bool] = {}
+        self._facts: dict[str, tuple] = {}
+        self._word_tokenizer = self._lang_vars._word_tokenizer_re()
         self._period_context = self._lang_vars.period_context_re()
         self._realignment = self._lang_vars.re_boundary_realignment
 
@@ -120,8 +123,81 @@ class PunktSplitter(PunktSentenceTokenizer):
         if decided is None:
             if len(self._decided) >= self.MAX_CONTEXTS:
                 self._decided.clear()
-            decided = self._decided[text] = super().text_contains_sentbreak(text)
+            decided = self._decided[text] = self._contains_sentbreak(text)
         return decided
+
+    def _contains_sentbreak(self, text: str) -> bool:
+        """nltk's `text_contains_sentbreak`: is any token but the last a sentence break, once annotated?
+        nltk builds a token object per word and runs them through four generators (`_tokenize_words`,
+        `_annotate_first_pass`, `_annotate_second_pass`, `_pair_iter`); a token's final sentbreak depends
+        only on its own first-pass annotation and the next token's (`_second_pass_annotation`), so this
+        takes each word's first-pass facts from a table (`_word_facts`) and decides pair by pair.
+        parastart and linestart, which nltk also sets, play no part in that decision."""
+        findall = self._word_tokenizer.findall
+        if "\n" in text:  # nltk tokenizes line by line, skipping blank lines
+            words = [w for line in text.split("\n") if line.strip() for w in findall(line)]
+        else:
+            words = findall(text) if text.strip() else []
+        facts = self._facts
+        previous = None
+        for word in words:
+            fact = facts.get(word)
+            if fact is None:
+                fact = self._word_facts(word)
+            if previous is not None and self._breaks_before(previous, fact):
+                return True
+            previous = fact
+        return False
+
+    def _word_facts(self, word: str) -> tuple:
+        """What nltk's first pass (`_first_pass_annotation`) and PunktToken's properties say of one word:
+        (sentbreak, abbr or ellipsis, period_final, type_no_period, type_no_sentperiod, is_initial,
+        first_upper, first_lower, is one of PUNCTUATION). A pure function of the word; memoised, bounded."""
+        if len(self._facts) >= self.MAX_CONTEXTS:
+            self._facts.clear()
+        token = PlainRegexToken(word)
+        self._first_pass_annotation(token)
+        fact = self._facts[word] = (
+            bool(token.sentbreak), bool(token.abbr or token.ellipsis), token.period_final, token.type_no_period,
+            token.type_no_sentperiod, bool(token.is_initial), token.first_upper, token.first_lower,
+            word in self.PUNCTUATION)
+        return fact
+
+    def _breaks_before(self, fact1: tuple, fact2: tuple) -> bool:
+        """The final sentbreak of a word (facts `fact1`) followed by another (`fact2`): nltk's
+        `_second_pass_annotation`, with `_ortho_heuristic` inlined, on the first-pass facts."""
+        sentbreak, abbr_or_ellipsis, period_final, typ, _, is_initial, _, _, _ = fact1
+        if not period_final:
+            return sentbreak
+        _, _, _, _, next_typ, _, next_upper, next_lower, next_is_punctuation = fact2
+        params = self._params
+        if (typ, next_typ) in params.collocations:
+            return False
+        if abbr_or_ellipsis and not is_initial:
+            if self._ortho_heuristic_of(next_typ, next_upper, next_lower, next_is_punctuation) is True:
+                return True
+            if next_upper and next_typ in params.sent_starters:
+                return True
+        if is_initial or typ == "##number##":
+            is_sent_starter = self._ortho_heuristic_of(next_typ, next_upper, next_lower, next_is_punctuation)
+            if is_sent_starter is False:
+                return False
+            if (is_sent_starter == "unknown" and is_initial and next_upper
+                    and not (params.ortho_context.get(next_typ, 0) & _ORTHO_LC)):
+                return False
+        return sentbreak
+
+    def _ortho_heuristic_of(self, typ: str, first_upper: bool, first_lower: bool, is_punctuation: bool):
+        """nltk's `_ortho_heuristic` on a token's facts. `.get`, where nltk indexes its defaultdict: the
+        same 0 for an unseen type, without adding it to the model's table."""
+        if is_punctuation:
+            return False
+        ortho_context = self._params.ortho_context.get(typ, 0)
+        if first_upper and (ortho_context & _ORTHO_LC) and not (ortho_context & _ORTHO_MID_UC):
+            return True
+        if first_lower and ((ortho_context & _ORTHO_UC) or not (ortho_context & _ORTHO_BEG_LC)):
+            return False
+        return "unknown"
 
     def tokenize(self, text: str, realign_boundaries: bool = True) -> list[str]:
         if not realign_boundaries:
