@@ -23,8 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktLanguageVars, PunktParameters, PunktSentenceTokenizer, PunktToken,
-                                  PunktTrainer)
+from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktLanguageVars,
+                                 PunktParameters, PunktSentenceTokenizer, PunktToken, PunktTrainer)
 
 from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
@@ -110,10 +110,11 @@ class PunktSplitter(PunktSentenceTokenizer):
     as nltk does, and a candidate is decided from the two whitespace-free runs around its gap
     ("century." and "The", `_run`), each analysed once per splitter: runs recur far more than whole
     contexts. Each step that differs from nltk's says why the result is the same; tests compare
-    the sentences with stock nltk's on tricky cases and on real text. The tables are bounded:
-    each is emptied when full."""
+    the sentences with stock nltk's on tricky cases and on real text."""
 
-    MAX_ENTRIES = 200_000
+    # Each table is emptied when full: at ~160 bytes an entry, under 50 MB for the three. A 8 MB
+    # extracted part fills them to ~20,000 entries each.
+    MAX_ENTRIES = 100_000
 
     def __init__(self, params: PunktParameters):
         super().__init__(params, lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
@@ -137,6 +138,7 @@ class PunktSplitter(PunktSentenceTokenizer):
         self._realignment = self._lang_vars.re_boundary_realignment
 
     def tokenize(self, text: str, realign_boundaries: bool = True) -> list[str]:
+        """The sentences of `text`, as nltk's `tokenize` gives them."""
         if not realign_boundaries:
             return super().tokenize(text, realign_boundaries)
         return [text[start:stop] for start, stop in self._sentence_spans(text)]
@@ -220,7 +222,7 @@ class PunktSplitter(PunktSentenceTokenizer):
                     slices.append((last_break, end))
                     # The next sentence starts at the next word, or at the punctuation that follows.
                     last_break = next_start if next_start >= 0 else end
-                    if text[last_break] in closers:
+                    if text[last_break] in closers:  # in range: a match has a character after it
                         realign = True
         # The last sentence should not contain trailing whitespace (nltk's comment).
         slices.append((last_break, len(text.rstrip())))
