@@ -181,3 +181,170 @@ def test_merged_shards_are_the_buckets_in_dump_order(extracted, tmp_path):
         assert merged["sentences"] == sum(1 for line in out.read_bytes().splitlines() if line)
     with pytest.raises(PrepError, match=r"--shard 3: must be from 0 to 2 \(--num-shards 3\)"):
         sentences.check_shard(3, 3)
+
+
+# ---------------------------------------------------------------------------------------------
+# PunktSplitter's own span machinery against stock nltk Punkt with the same model.
+
+from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_BEG_UC, _ORTHO_MID_LC, _ORTHO_MID_UC,  # noqa: E402
+                                 _ORTHO_UNK_UC, PunktParameters, PunktSentenceTokenizer)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INPUTS = os.path.join(REPO, "..", "shared", "fixtures", "google-reference", "inputs")
+BENCH_WORK = os.path.join(REPO, "benchmarks", "work")
+
+
+def handmade_params():
+    """A model that reaches every branch of Punkt's second pass: abbreviations (one hyphenated use),
+    collocations (one after a number), frequent sentence starters and orthographic contexts that
+    make the next word a sure, an unlikely and an unknown sentence start."""
+    params = PunktParameters()
+    params.abbrev_types = {"dr", "mr", "u.s", "e.g", "i.e", "st", "vol", "c", "approx", "ltd", "no", "fig", "jan"}
+    params.collocations = {("##number##", "march"), ("s", "bach"), ("dr", "smith"), ("t", "felix")}
+    params.sent_starters = {"the", "in", "he", "however", "it"}
+    for word, flags in {"the": _ORTHO_BEG_UC | _ORTHO_MID_LC, "in": _ORTHO_BEG_UC | _ORTHO_MID_LC,
+                        "smith": _ORTHO_MID_UC, "bach": _ORTHO_MID_UC | _ORTHO_UNK_UC, "march": _ORTHO_BEG_UC,
+                        "he": _ORTHO_BEG_UC | _ORTHO_MID_LC, "ok": _ORTHO_BEG_LC, "iphone": _ORTHO_BEG_LC,
+                        "however": _ORTHO_BEG_UC | _ORTHO_MID_LC | _ORTHO_MID_UC, "paris": _ORTHO_MID_UC}.items():
+        params.ortho_context[word] = flags
+    return params
+
+
+TRICKY = [
+    "", " ", "\n", ".", "...", "?!", "!!!", "?", ". . .", ".)", "(.)", "'.'", "“.”", "--",
+    ".Starts with a period. Then more.", "  Leading spaces. And trailing.   ", "Ends with a period. \n\t ",
+    "Dr. Smith met Mr. Jones at St. Paul's. The meeting ran long.", "He lives in the U.S. The weather is fine.",
+    "It was approx. 3 km away. In 1990. the town grew.", "See e.g. the list, i.e. this one. However, no.",
+    "Johann S. Bach wrote it. T. Felix agreed. J. R. R. Tolkien too.", "Vol. 3 of the set. No. 5 is next.",
+    "It cost $3.50. Then 4. Then 5.5. Then 1990. March came.", "5. March was cold. 6. april was not.",
+    "Very bad acting!!! I promise. Really?! Yes?? No... ok.", "Wait... What? Then -- nothing. Done.",
+    "(How does it deal with this parenthesis?)  \"It should be part of the previous sentence.\" "
+    "\"(And the same with this one.)\" ('And this one!') \"('(And (this)) '?)\" [(and this. )]",
+    "He said “Stop.” Then he left... Really?! (See p. 4.) 'Quoted.' Done",
+    "« Fin. » Le début. ‘Yes.’ Next.",
+    "Line one.\nLine two. Still two.\n\nParagraph two.\r\nWindows line. \x0cForm feed.\tTab. \x0bVertical.",
+    "Non\u00a0breaking. Space\u2009thin. Ideographic\u3000space. Next\u2028line.",
+    "Ünïcödé. Straße. İstanbul. ΟΔΟΣ. Done. 力加勝北区. Next. ᴵᴺᵀᵃ.", "iPhone. ok. OK. Ok. paris. Paris.",
+    "a.b.c. d.e.f. U.S.A. Next. x.. y... z.... w.", "Number 1.2.3. Then -1. Then .5. Then ,5. End.",
+    "Mid-Jan. the thing. Pre-Dr. Smith. Ex-St. louis.", "What?!\"  He asked. \"Why!\" she said. 'No?'",
+    "End.)\" Start. End.'] Start. End.}) Start. End.--Start. End.\" -- Start.", ". , ; : ! ?",
+    "a . b ? c ! d", "One.  Two.   Three.\n\n\nFour.", "Tail period.  ", "x.\n", "!\n?", "Mr.\nSmith went.",
+    # A whitespace first (nltk's "none found" at index 0); ". . ." across a line break (nltk splits lines).
+    " .! a", " ?! Yes.", "\t.) x", "\n..! Next", " x.!y. Z", "x.\n. .", "Dr.\n. . Smith\n. . .",
+    "So it ends.\u2019 Here.\u201d There.\u00bb Everywhere.", "Zero\u200bwidth. Joiner\u200d. Soft\u00adhyphen. Ok.",
+]
+
+
+def random_texts(n, seed=15):
+    """Texts stitched from the pieces Punkt's rules care about, with every kind of gap between them."""
+    import random
+    pieces = ["Dr.", "dr.", "U.S.", "e.g.", "J.", "j.", "S.", "3.", "1990.", "3.5", "...", "..", ". .", "?", "!",
+              "?!", ".", ")", "(", "\"", "'", "“", "”", "«", "»", "[", "]", "--", "-", ",", ";", ":", "The", "the",
+              "He", "he", "In", "March", "march", "Smith", "Bach", "Felix", "ok", "iPhone", "Paris", "ltd.",
+              "Mid-Jan.", "vol.", "no.", "word", "Word.", "end.", "x", "İ.", "ΟΔΟΣ.", "力.", "a.b.", "—", "&"]
+    gaps = ["", "", " ", " ", " ", "  ", "\n", "\n\n", "\t", "\u00a0", " \n ", "\r\n", "\x0c"]
+    rng = random.Random(seed)
+    return [rng.choice(gaps) + "".join(rng.choice(pieces) + rng.choice(gaps) for _ in range(rng.randint(1, 14)))
+            for _ in range(n)]
+
+
+def stock_splitter(params):
+    """nltk's PunktSentenceTokenizer with the same patterns, unchanged: the reference."""
+    return PunktSentenceTokenizer(params, lang_vars=sentences.PlainRegexLanguageVars(),
+                                  token_cls=sentences.PlainRegexToken)
+
+
+def assert_same_sentences(params, texts, *, also_stock_nltk=False):
+    fast, stock = sentences.PunktSplitter(params), stock_splitter(params)
+    small = sentences.PunktSplitter(params)
+    small.MAX_ENTRIES = 3  # its tables emptied again and again
+    for text in texts:
+        expected = stock.tokenize(text)
+        assert fast.tokenize(text) == expected, text
+        assert small.tokenize(text) == expected, text
+        assert list(fast.span_tokenize(text)) == list(stock.span_tokenize(text)), text
+        assert fast.tokenize(text, realign_boundaries=False) == stock.tokenize(text, realign_boundaries=False)
+        assert fast.text_contains_sentbreak(text) == stock.text_contains_sentbreak(text), text
+        if also_stock_nltk:  # nltk's own `regex`-module patterns and tokens
+            assert PunktSentenceTokenizer(params).tokenize(text) == expected, text
+    return sum(len(stock.tokenize(t)) for t in texts)
+
+
+def test_splitter_equals_stock_punkt_on_tricky_text():
+    """Abbreviations, initials, collocations, numbers, ellipses, "?!", closing quotes and brackets after
+    the end (realignment), leading and trailing whitespace, ASCII and Unicode whitespace, line breaks,
+    empty and punctuation-only texts: the same sentences, spans and decisions as stock nltk."""
+    assert assert_same_sentences(handmade_params(), TRICKY, also_stock_nltk=True) > 120
+
+
+def test_splitter_equals_stock_punkt_on_random_text():
+    texts = random_texts(3000)
+    assert assert_same_sentences(handmade_params(), texts) > 7000
+    assert assert_same_sentences(PunktParameters(), texts[:500]) > 1400  # an empty model
+
+
+def test_splitter_equals_stock_punkt_on_fixture_text(extracted, tmp_path):
+    """The google-reference inputs (prose, CJK, control and zero-width characters), line by line and as
+    whole multi-line documents, with a model trained on the sample dump."""
+    if not os.path.isdir(INPUTS):
+        pytest.skip(f"{INPUTS} is absent: the google-reference fixtures live in the shared folder beside the repo")
+    model = tmp_path / "punkt.json"
+    sentences.train_punkt(sentences.punkt_sample([extracted], min_chars=200), model)
+    params = sentences.load_punkt(model)._params
+    texts = []
+    for name in sorted(os.listdir(INPUTS)):
+        with open(os.path.join(INPUTS, name), encoding="utf-8") as f:
+            text = f.read()
+        texts += text.split("\n") + text.split("\n\n")
+    assert assert_same_sentences(params, texts) > 3000
+    assert assert_same_sentences(handmade_params(), texts[::5]) > 500
+
+
+def test_splitter_equals_stock_punkt_on_benchmark_parts():
+    """A sample of the extracted parts `benchmarks/bench_pipeline.py` leaves under benchmarks/work, cleaned as
+    split_part cleans them, with the Punkt model trained beside them; and the same documents uncleaned."""
+    import glob
+    import random
+
+    from wikiprep.clean import clean_document
+
+    parts = sorted(glob.glob(os.path.join(BENCH_WORK, "**", "extracted", "*.jsonl"), recursive=True))
+    cases = [(part, model) for part in parts
+             for model in sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(part)), "punkt_*.json")))[:1]]
+    if not cases:
+        pytest.skip(f"no extracted part with a Punkt model under {BENCH_WORK}: run benchmarks/bench_pipeline.py")
+    rng = random.Random(15)
+    compared = 0
+    for part, model in cases:
+        docs = list(sentences.read_documents(part))
+        sample = rng.sample(docs, min(len(docs), 15))
+        texts = [p for doc in sample for p in (clean_document(doc, min_chars=0)[0] or [])]
+        texts += [doc["text"] for doc in sample[:4]]
+        compared += assert_same_sentences(sentences.load_punkt(model)._params, texts)
+    assert compared > 1000
+
+
+def test_document_sentences_single_space_every_sentence():
+    """Stripping in place of split and join (paragraphs with lone spaces only) gives the same lines."""
+    splitter = sentences.PunktSplitter(handmade_params())
+    paragraphs = [t for t in TRICKY + random_texts(500) if t]
+    expected = [" ".join(s.split()) for p in paragraphs for s in stock_splitter(handmade_params()).tokenize(p)]
+    assert sentences.document_sentences(paragraphs, splitter) == [s for s in expected if s]
+
+
+def test_splitter_shortcuts_hold_for_every_character():
+    """What PunktSplitter's shortcuts rely on, for every character Python knows: `\\s` is str.isspace;
+    every whitespace character but the space is unprintable (document_sentences); and a letter or digit
+    is no whitespace, no character that ends a word in nltk's word pattern or may not start one, so a
+    run of them (with or without a final ".") is one word (`PunktSplitter._run`)."""
+    import re
+
+    chars = [chr(i) for i in range(sys.maxunicode + 1)]
+    space = re.compile(r"\s")
+    assert all(bool(space.match(c)) == c.isspace() for c in chars)
+    assert all(not c.isprintable() for c in chars if c.isspace() and c != " ")
+    word_enders = set("\"')]};*:@({[\u2018\u2019\u201c\u201d\xab\xbb!?.,-`&#")
+    assert not [c for c in chars if c.isalnum() and (c.isspace() or c in word_enders)]
+    findall = sentences.PunktSplitter(PunktParameters())._word_tokenizer.findall
+    for run in ["abc", "abc.", "x1.", "Straße.", "ΟΔΟΣ", "力加勝", "²³.", "Ⅻ"]:
+        assert findall(run) == [run]

@@ -23,7 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from nltk.tokenize.punkt import PunktLanguageVars, PunktParameters, PunktSentenceTokenizer, PunktToken
+from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktLanguageVars,
+                                 PunktParameters, PunktSentenceTokenizer, PunktToken)
 
 from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
@@ -62,6 +63,7 @@ class PlainRegexLanguageVars(PunktLanguageVars):
 
 
 _NON_PUNCT_RE = re.compile(r"[^\W\d]")
+_WHITESPACE = re.compile(r"\s")
 
 
 class PlainRegexToken(PunktToken):
@@ -100,24 +102,318 @@ class PlainRegexToken(PunktToken):
 
 
 class PunktSplitter(PunktSentenceTokenizer):
-    """Punkt with its per-candidate decision memoised. For every ".", "?" or "!" that may end a
-    sentence, Punkt re-tokenizes and re-annotates the little context around it ("century. The");
-    the answer depends only on that string and the model, and the same contexts recur
-    ("). In", "U.S. The"), so they are decided once. Bounded: the table is emptied when full."""
+    """nltk's Punkt `tokenize`: the same sentences, with much less work per candidate sentence end.
 
-    MAX_CONTEXTS = 200_000
+    For every ".", "?" or "!" that may end a sentence, nltk takes the little context around it
+    ("century. The"), makes a token object per word of it, runs them through four generators and
+    keeps the break if a word but the last ends up a sentence break. Profiled, that machinery was
+    ~70% of `split_part`. Here (`_sentence_spans`) one loop finds the candidates and their words
+    as nltk does, and a candidate is decided from the two whitespace-free runs around its gap
+    ("century." and "The", `_run`), each analysed once per splitter: runs recur far more than whole
+    contexts. Each step that differs from nltk's says why the result is the same; tests compare
+    the sentences with stock nltk's on tricky cases and on real text."""
+
+    # Each table is emptied when full: at ~160 bytes an entry, under 50 MB for the three. A 8 MB
+    # extracted part fills them to ~20,000 entries each.
+    MAX_ENTRIES = 100_000
 
     def __init__(self, params: PunktParameters):
         super().__init__(params, lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
-        self._decided: dict[str, bool] = {}
+        self._decided: dict[str, bool] = {}  # context -> nltk's text_contains_sentbreak
+        self._runs: dict[str, tuple | bool] = {}  # run of text -> `_run`
+        self._facts: dict[str, tuple] = {}  # word -> `_word_facts`
+        # The types that start a known collocation: the only first words whose break the collocation
+        # heuristic can undo (`_word_facts`).
+        self._collocation_firsts = {first for first, _ in params.collocations}
+        self._word_tokenizer = self._lang_vars._word_tokenizer_re()
+        self._period_context = self._lang_vars.period_context_re()
+        # The same pattern for "." alone: it starts with a literal, which `re` finds several times
+        # faster than a character class. A match of the pattern is one end character and a
+        # lookahead, and finditer tries every position, so in a text without the other end
+        # characters ("?", "!"), which is most paragraphs of prose, both find the same matches.
+        lang_vars = self._lang_vars
+        self._period_only_context = re.compile(
+            lang_vars._period_context_fmt % {"NonWord": lang_vars._re_non_word_chars, "SentEndChars": r"\."},
+            re.UNICODE | re.VERBOSE)
+        self._other_end_chars = [c for c in lang_vars.sent_end_chars if c != "."]
+        self._realignment = self._lang_vars.re_boundary_realignment
+
+    def tokenize(self, text: str, realign_boundaries: bool = True) -> list[str]:
+        """The sentences of `text`, as nltk's `tokenize` gives them."""
+        if not realign_boundaries:
+            return super().tokenize(text, realign_boundaries)
+        return [text[start:stop] for start, stop in self._sentence_spans(text)]
+
+    def span_tokenize(self, text: str, realign_boundaries: bool = True) -> Iterator[tuple[int, int]]:
+        if not realign_boundaries:
+            return super().span_tokenize(text, realign_boundaries)
+        return iter(self._sentence_spans(text))
+
+    def _sentence_spans(self, text: str) -> list[tuple[int, int]]:
+        """nltk's `span_tokenize`: `_match_potential_end_contexts`, `_slices_from_text` and
+        `_realign_boundaries`, three generators chained by `_pair_iter`, as three plain loops."""
+        last_break = 0
+        slices = []
+        closers = self._CLOSERS
+        realign = False  # whether a slice but the first starts with a closer, see below
+        finditer = self._period_only_context.finditer if "." in text else None
+        for c in self._other_end_chars:
+            if c in text:
+                finditer = self._period_context.finditer
+                break
+        # With no ".", "?" or "!" there is no candidate: only the last slice below.
+        if finditer is not None:
+            # `_match_potential_end_contexts`. nltk finds the word before a candidate by walking
+            # back, in Python, to the last character of string.whitespace (ASCII only, not `\s`);
+            # str.rfind of each whitespace character that occurs in the text finds the same index.
+            rfind = text.rfind
+            spaces = [c for c in "\t\n\r\x0b\x0c" if c in text]
+            candidates = []  # (the start of the word before, the match), as nltk yields them
+            previous = None
+            previous_start = previous_stop = 0  # nltk's previous_slice: the word before `previous`
+            for match in finditer(text):
+                end_char = match.start()
+                space = rfind(" ", previous_stop, end_char)
+                if spaces:
+                    for c in spaces:
+                        space = max(space, rfind(c, space + 1 if space >= 0 else previous_stop, end_char))
+                # nltk takes a whitespace at the very start of the searched text (index 0 of its
+                # `before_text`) for "none found", as it does a missing one; so does this test.
+                word_start = space + 1 if space > previous_stop else previous_start
+                # A candidate whose word reaches back over the previous candidate ("acting!!!")
+                # replaces it: nltk yields the previous one only when the words do not overlap.
+                if previous is not None and previous_stop <= word_start:
+                    candidates.append((previous_start, previous))
+                previous, previous_start, previous_stop = match, word_start, end_char
+            if previous is not None:
+                candidates.append((previous_start, previous))
+
+            # `_slices_from_text`.
+            runs, decided = self._runs, self._decided
+            for word_start, match in candidates:
+                end = match.end()
+                next_start = match.start(2)  # the next word; -1 when punctuation follows the end
+                run1 = False
+                if next_start >= 0:
+                    run1 = runs.get(text[word_start:end])
+                    if run1 is None:
+                        run1 = self._run(text[word_start:end])
+                if run1 is False:
+                    # Not the shape `_run` decides (punctuation right after the end character, or
+                    # whitespace in the word before, which nltk's ASCII-only search can leave):
+                    # nltk's context, text[previous_slice] + match.group() + match.group("after_tok"),
+                    # is one contiguous piece of the text, as the word ends where the match starts.
+                    context = text[word_start:match.end(1)]
+                    is_break = decided.get(context)
+                    if is_break is None:
+                        is_break = self.text_contains_sentbreak(context)
+                else:
+                    is_break = run1[3]
+                    if is_break is False:  # no break in run1, whatever follows: is there one in run2?
+                        run2 = runs.get(text[next_start:match.end(2)])  # `\S+`: never whitespace
+                        if run2 is None:
+                            run2 = self._run(text[next_start:match.end(2)])
+                        is_break = run2[2]
+                    elif is_break is None:  # run1's last word depends on the next: once per context
+                        context = text[word_start:match.end(2)]
+                        is_break = decided.get(context)
+                        if is_break is None:
+                            is_break = self._decide_runs(context, run1, text[next_start:match.end(2)])
+                if is_break:
+                    slices.append((last_break, end))
+                    # The next sentence starts at the next word, or at the punctuation that follows.
+                    last_break = next_start if next_start >= 0 else end
+                    if text[last_break] in closers:  # in range: a match has a character after it
+                        realign = True
+        # The last sentence should not contain trailing whitespace (nltk's comment).
+        slices.append((last_break, len(text.rstrip())))
+
+        # `_realign_boundaries`: closing quotes or brackets that follow a sentence's end move into it.
+        # nltk's realignment pattern matches only text that starts with one of them; when no slice
+        # but the first does, it only drops empty slices (nltk: `if text[sentence1]`; no stop
+        # exceeds len(text)).
+        if not realign:
+            return [span for span in slices if span[0] < span[1]]
+        return self._realign_boundaries_of(text, slices)
+
+    def _realign_boundaries_of(self, text: str, slices: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """nltk's `_realign_boundaries` on a list of slices; its pattern runs only on slices that start
+        with a closer, and on the slice itself, as in nltk."""
+        spans = []
+        realign = 0
+        last = len(slices) - 1
+        closers = self._CLOSERS
+        for i, (start, stop) in enumerate(slices):
+            start += realign
+            if i == last:
+                if start < stop:  # nltk: `if text[sentence1]`; stop never exceeds len(text)
+                    spans.append((start, stop))
+                break
+            next_start, next_stop = slices[i + 1]
+            m = None
+            if next_start < next_stop and text[next_start] in closers:
+                m = self._realignment.match(text[next_start:next_stop])
+            if m:
+                spans.append((start, next_start + len(m.group(0).rstrip())))
+                realign = m.end()
+            else:
+                realign = 0
+                if start < stop:
+                    spans.append((start, stop))
+        return spans
+
+    # The characters that can start a match of nltk's `re_boundary_realignment`: its first class.
+    _CLOSERS = frozenset("\"')]}\u2018\u2019\u201c\u201d\xab\xbb")
 
     def text_contains_sentbreak(self, text: str) -> bool:
+        """nltk's answer, memoised: it depends only on the text and the model."""
         decided = self._decided.get(text)
         if decided is None:
-            if len(self._decided) >= self.MAX_CONTEXTS:
+            if len(self._decided) >= self.MAX_ENTRIES:
                 self._decided.clear()
-            decided = self._decided[text] = super().text_contains_sentbreak(text)
+            decided = self._decided[text] = self._contains_sentbreak(text)
         return decided
+
+    def _contains_sentbreak(self, text: str) -> bool:
+        """nltk's `text_contains_sentbreak`: is any word but the last a sentence break once annotated?
+        A word's final sentbreak depends only on its own first-pass annotation and the next word's
+        (`_annotate_second_pass` gives `_second_pass_annotation` each word with the next one, annotated
+        by the first pass only), so this takes the words' first-pass facts from a table
+        (`_word_facts`) and decides pair by pair, with no token objects or generators. parastart and
+        linestart, which nltk also sets, play no part in the decision."""
+        findall = self._word_tokenizer.findall
+        if "\n" in text:  # nltk tokenizes line by line, skipping blank lines
+            words = [w for line in text.split("\n") if line.strip() for w in findall(line)]
+        else:
+            words = findall(text) if text.strip() else []
+        facts = self._facts
+        previous = None
+        for word in words:
+            fact = facts.get(word)
+            if fact is None:
+                fact = self._word_facts(word)
+            if previous is not None and self._breaks_before(previous, fact):
+                return True
+            previous = fact
+        return False
+
+    def _decide_runs(self, context: str, run1: tuple, after: str) -> bool:
+        """`text_contains_sentbreak(context)` for a context made of run1, whitespace and the run `after`
+        (see `_run`), memoised as such."""
+        run2 = self._runs.get(after)
+        if run2 is None:
+            run2 = self._run(after)
+        is_break = run1[2] or run2[2] or self._breaks_before(run1[1], run2[0])
+        if len(self._decided) >= self.MAX_ENTRIES:
+            self._decided.clear()
+        self._decided[context] = is_break
+        return is_break
+
+    def _run(self, run: str) -> tuple | bool:
+        """A run of text without whitespace, on either side of a candidate's gap: (facts of its first
+        word, facts of its last word, whether a word but its last is a break, whether its last word is
+        a break whatever run follows: True, False or None for "depends on the next word"), or False
+        for a text with whitespace in it.
+
+        Why a context "<run1><whitespace><run2>" is decided from its runs: nltk's word tokenizer
+        (`_word_tokenize_fmt`) takes whitespace into no token but `(?:\\.\\s){2,}\\.` (". . ."), which
+        cannot match across the gap (a second ". " would need whitespace in run2), and where a run
+        ends its lookaheads see whitespace (`\\s`) in the context and the end (`$`) in the run
+        alone, both of which end a token; nothing in the pattern looks behind. So the context's words
+        are run1's then run2's, however nltk cuts it into lines, and it holds a break if run1 has
+        one inside, run2 has one inside, or run1's last word breaks before run2's first."""
+        if len(self._runs) >= self.MAX_ENTRIES:
+            self._runs.clear()
+        facts = self._facts
+        if run.isalnum() or (run[-1] == "." and run[:-1].isalnum()):
+            # One word, which findall would return whole: letters and digits are no whitespace, no
+            # character of NonWord, MultiChar or the comma rule, and may start a word; nor does a
+            # final "." end one early (it is in none of those; two would be MultiChar).
+            fact = facts.get(run) or self._word_facts(run)
+            result = (fact, fact, False, fact[0])
+        elif _WHITESPACE.search(run):
+            result = False
+        else:
+            words = [facts.get(word) or self._word_facts(word) for word in self._word_tokenizer.findall(run)]
+            inner = False
+            for i in range(len(words) - 1):
+                if self._breaks_before(words[i], words[i + 1]):
+                    inner = True
+                    break
+            result = (words[0], words[-1], inner, True if inner else words[-1][0])
+        self._runs[run] = result
+        return result
+
+    def _word_facts(self, word: str) -> tuple:
+        """What nltk's first pass (`_first_pass_annotation`) and PunktToken's properties say of one word:
+        (final, sentbreak, abbr or ellipsis, period_final, type_no_period, type_no_sentperiod, is_initial,
+        first_upper, first_lower, is one of PUNCTUATION), computed as nltk does, without a token object.
+        `final` is the word's sentbreak when no next word can change it, else None:
+        `_second_pass_annotation` changes only words ending in a period that start a known collocation,
+        are abbreviations, ellipses or initials, or are numbers. A pure function of the word and the
+        model; memoised."""
+        if len(self._facts) >= self.MAX_ENTRIES:
+            self._facts.clear()
+        typ = PlainRegexToken._RE_NUMERIC.sub("##number##", word.lower())  # PunktToken._get_type
+        period_final = word.endswith(".")
+        sentbreak = abbr_or_ellipsis = False
+        if word in self._lang_vars.sent_end_chars:
+            sentbreak = True
+        elif PlainRegexToken._RE_ELLIPSIS.match(word):
+            abbr_or_ellipsis = True
+        elif period_final and not word.endswith(".."):
+            abbrev_types = self._params.abbrev_types
+            if word[:-1].lower() in abbrev_types or word[:-1].lower().split("-")[-1] in abbrev_types:
+                abbr_or_ellipsis = True
+            else:
+                sentbreak = True
+        type_no_period = typ[:-1] if len(typ) > 1 and typ[-1] == "." else typ
+        is_initial = PlainRegexToken._RE_INITIAL.match(word) is not None
+        final = None
+        if not period_final or not (type_no_period in self._collocation_firsts or abbr_or_ellipsis or is_initial
+                                    or type_no_period == "##number##"):
+            final = sentbreak
+        fact = self._facts[word] = (
+            final, sentbreak, abbr_or_ellipsis, period_final, type_no_period,
+            type_no_period if sentbreak else typ, is_initial, word[0].isupper(), word[0].islower(),
+            word in self.PUNCTUATION)
+        return fact
+
+    def _breaks_before(self, fact1: tuple, fact2: tuple) -> bool:
+        """The final sentbreak of a word (facts `fact1`) followed by another (`fact2`): nltk's
+        `_second_pass_annotation`, with `_ortho_heuristic` inlined, on the first-pass facts."""
+        final, sentbreak, abbr_or_ellipsis, _, typ, _, is_initial, _, _, _ = fact1
+        if final is not None:
+            return final
+        _, _, _, _, _, next_typ, _, next_upper, next_lower, next_is_punctuation = fact2
+        params = self._params
+        if (typ, next_typ) in params.collocations:
+            return False
+        if abbr_or_ellipsis and not is_initial:
+            if self._ortho_heuristic_of(next_typ, next_upper, next_lower, next_is_punctuation) is True:
+                return True
+            if next_upper and next_typ in params.sent_starters:
+                return True
+        if is_initial or typ == "##number##":
+            is_sent_starter = self._ortho_heuristic_of(next_typ, next_upper, next_lower, next_is_punctuation)
+            if is_sent_starter is False:
+                return False
+            if (is_sent_starter == "unknown" and is_initial and next_upper
+                    and not (params.ortho_context.get(next_typ, 0) & _ORTHO_LC)):
+                return False
+        return sentbreak
+
+    def _ortho_heuristic_of(self, typ: str, first_upper: bool, first_lower: bool, is_punctuation: bool):
+        """nltk's `_ortho_heuristic` on a word's facts. `.get` where nltk indexes its defaultdict: the
+        same 0 for an unseen type, without adding it to the model's table."""
+        if is_punctuation:
+            return False
+        ortho_context = self._params.ortho_context.get(typ, 0)
+        if first_upper and (ortho_context & _ORTHO_LC) and not (ortho_context & _ORTHO_MID_UC):
+            return True
+        if first_lower and ((ortho_context & _ORTHO_UC) or not (ortho_context & _ORTHO_BEG_LC)):
+            return False
+        return "unknown"
 
 
 def stable_hash(*parts) -> int:
@@ -254,12 +550,20 @@ def load_punkt(path: str | Path) -> PunktSplitter:
 
 
 def document_sentences(paragraphs: list[str], splitter: PunktSentenceTokenizer) -> list[str]:
+    """The sentences of a document, each with its whitespace made single spaces, empty ones dropped."""
     out = []
     for paragraph in paragraphs:
-        for sentence in splitter.tokenize(paragraph):
-            sentence = " ".join(sentence.split())
-            if sentence:
-                out.append(sentence)
+        sentences = splitter.tokenize(paragraph)
+        if paragraph.isprintable() and "  " not in paragraph:
+            # No whitespace but lone spaces (every other whitespace character is unprintable), as
+            # cleaning leaves nearly every paragraph: in a piece of it, " ".join(s.split()) only drops
+            # a space at either end, which strip does for a tenth of the cost.
+            out += filter(None, map(str.strip, sentences))
+        else:
+            for sentence in sentences:
+                sentence = " ".join(sentence.split())
+                if sentence:
+                    out.append(sentence)
     return out
 
 
