@@ -223,6 +223,8 @@ def _plain_features(data: bytes, wanted: dict[bytes, int], found: list) -> None:
                     raise NotPlainExample
                 n, pos = _length(data, pos + 1)
                 entry_end = pos + n
+                if entry_end > end:  # cut short: in a feature not asked for, nothing below would see it
+                    raise NotPlainExample
                 if data[pos] != 0x0A:  # its key
                     raise NotPlainExample
                 n, pos = _length(data, pos + 1)

@@ -86,6 +86,7 @@ NOT_PLAIN = {
     "a varint cut short": record(entry("ids", packed(0x1A, b"\x01\x02\x03\x04\x85")), *GOOD[1:]),
     "floats cut short": record(GOOD[0], entry("weights", packed(0x12, bytes(11))), *GOOD[2:]),
     "truncated": record(*GOOD)[:-3],
+    "truncated in a feature not asked for": record(*GOOD, entry("other", packed(0x1A, b"\x01\x02\x03")))[:-2],
     "another field of Example": record(*GOOD) + b"\x10\x01",
 }
 
