@@ -43,9 +43,10 @@ endif
 
 setup: $(STAMP)
 
-# The editable install also builds the optional C extension wikiprep/_speedups*.so in place (setup.py),
-# again whenever its source changes; without a C compiler it is skipped and the Python paths run.
-$(STAMP): pyproject.toml setup.py wikiprep/_speedups.c
+# The editable install also builds the optional C extensions wikiprep/_speedups*.so and shardkit/_examples*.so
+# in place (setup.py), again whenever their source changes; without a C compiler they are skipped and the Python
+# paths run.
+$(STAMP): pyproject.toml setup.py wikiprep/_speedups.c shardkit/_examples.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

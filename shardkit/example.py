@@ -7,13 +7,24 @@ name order, which is exactly what protobuf's `SerializeToString(deterministic=Tr
 so TensorFlow, the `tfrecord` package and DALI read these records unchanged.
 
 The decoder reads any Example (ours or another tool's) into {name: values} without
-TensorFlow, for `inspect`, tests and benchmarks.
+TensorFlow, for `inspect`, tests and benchmarks. `decode_batch` reads a batch of them into
+the arrays TensorFlow's `parse_example` gives: its per-record work has a compiled twin in
+`_examples.c` (an optional C extension, the same arrays and the same refusals;
+SHARDKIT_PURE_PYTHON=1 makes it take the Python path anyway).
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Iterable, Sequence
+
+try:
+    from . import _examples as _compiled
+except ImportError:  # not built: no C compiler at install time, or a source tree used without `make setup`
+    _compiled = None
+
+PURE_PYTHON_ENV = "SHARDKIT_PURE_PYTHON"
 
 INT64, FLOAT, BYTES = "int64", "float", "bytes"
 
@@ -223,6 +234,8 @@ def _plain_features(data: bytes, wanted: dict[bytes, int], found: list) -> None:
                     raise NotPlainExample
                 n, pos = _length(data, pos + 1)
                 entry_end = pos + n
+                if entry_end > end:  # cut short: in a feature not asked for, nothing below would see it
+                    raise NotPlainExample
                 if data[pos] != 0x0A:  # its key
                     raise NotPlainExample
                 n, pos = _length(data, pos + 1)
@@ -279,6 +292,34 @@ def _unpack_varints(buf: bytes):
     return values.view(np.int64), last
 
 
+def compiled_decoder():
+    """The extension `_examples` that `decode_batch` uses, or None: not built, or SHARDKIT_PURE_PYTHON (any value
+    but empty or 0) asks for the Python path, for the tests and for a user who wants to rule it out."""
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    return _compiled
+
+
+def _decode_compiled(decoder, records, features, tags) -> dict | None:
+    """`decode_batch` by the extension; None when it leaves the batch to the Python path (a record that is not
+    bytes, two features of one name, a length that is not a count), which then gives the arrays or the refusal."""
+    import numpy as np
+
+    names = tuple(name.encode() for name, _, _ in features)
+    if len(set(names)) < len(names) or not all(length is None or (type(length) is int and length >= 0)
+                                               for _, _, length in features):
+        return None
+    lengths = tuple(-1 if length is None else length for _, _, length in features)  # -1: VarLenFeature
+    decoded = decoder.decode_plain(records, names, tuple(tags), lengths)
+    if decoded is NotImplemented:
+        return None
+    if decoded is None:
+        raise NotPlainExample
+    count, buffers = decoded
+    return {name: np.frombuffer(buffer, np.float32 if kind == FLOAT else np.int64).reshape(count, width)
+            for (name, kind, _), (buffer, width) in zip(features, buffers)}
+
+
 def decode_batch(records, features) -> dict:
     """Records of `tf.train.Example` as numpy arrays, the ones `tf.io.parse_example` gives, without TensorFlow.
 
@@ -291,14 +332,22 @@ def decode_batch(records, features) -> dict:
     feature once, values packed, in any order); anything else, including every record TensorFlow would
     refuse (a missing feature, a wrong kind, a wrong length), raises NotPlainExample, and its reader
     parses the batch with TensorFlow instead, which gives the arrays or the error.
+
+    The compiled twin (`compiled_decoder`) does the same in one call; this Python code is the reference.
     """
     import numpy as np
 
-    wanted = {name.encode(): i for i, (name, _, _) in enumerate(features)}
-    columns: list[list[bytes]] = [[] for _ in features]
     tags = [_LIST_TAG.get(kind) for _, kind, _ in features]
     if None in tags:
         raise NotPlainExample
+    decoder = compiled_decoder()
+    if decoder is not None:
+        records = records if isinstance(records, (list, tuple)) else list(records)  # read twice, maybe
+        decoded = _decode_compiled(decoder, records, features, tags)
+        if decoded is not None:
+            return decoded
+    wanted = {name.encode(): i for i, (name, _, _) in enumerate(features)}
+    columns: list[list[bytes]] = [[] for _ in features]
     for data in records:
         found = [None] * len(features)
         _plain_features(data, wanted, found)

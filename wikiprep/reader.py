@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Iterator
 
@@ -178,16 +179,9 @@ def _plain_batches(records: RecordFiles, path: Path, state: dict) -> Iterator[di
     schema, dims = SCHEMAS[records.kind], records.dims
     features = [(f.name, f.kind, f.length(dims)) for f in schema.features]
     scalars = [f.name for f in schema.features if f.shape == ()]  # FixedLenFeature([]): one value a record, [B]
-    batch: list[bytes] = []
+    payloads = read_records(path)
     try:
-        for data in read_records(path):
-            batch.append(data)
-            if len(batch) == BATCH:
-                decoded = _squeezed(decode_batch(batch, features), scalars)
-                batch = []
-                state["batches"] += 1
-                yield decoded
-        if batch:
+        while batch := list(islice(payloads, BATCH)):  # the last one shorter
             decoded = _squeezed(decode_batch(batch, features), scalars)
             state["batches"] += 1
             yield decoded

@@ -133,8 +133,12 @@ def file_stats(found: RecordFiles, path: Path, vocab: Vocab | None, *, tensorflo
 
 
 def _sparse(counts) -> dict[str, int]:
-    """{index: count} of the nonzero entries of a count vector, in index order (JSON keys are strings)."""
-    return {str(i): int(v) for i, v in enumerate(counts) if v}
+    """{index: count} of the nonzero entries of a count vector (numpy), in index order (JSON keys are strings).
+    numpy finds them: a Python loop over a vocabulary's 30,522 counts took a seventh of a shard's read-back."""
+    import numpy as np
+
+    nonzero = np.flatnonzero(counts)
+    return dict(zip(map(str, nonzero.tolist()), counts[nonzero].tolist()))
 
 
 def compact(part: dict) -> dict:
