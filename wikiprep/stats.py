@@ -384,8 +384,10 @@ def _figure_specs(st: dict):
     fig = figure(10, 3.6)
     ax = fig.add_subplot(1, 1, 1)
     lengths = _hist_array(st["sequence_length_histogram"], seq + 1)
-    colours = ["#4c72b0"] * seq + ["#dd8452"]
-    ax.bar(np.arange(seq + 1), lengths, width=1.0, color=colours)
+    # One filled outline for the lengths below full, one bar for full length: as a bar per length looks,
+    # drawn as two shapes instead of seq + 1 (a quarter of the report's drawing time at seq 128, more at 512).
+    ax.stairs(lengths[:seq], np.arange(seq + 1) - 0.5, fill=True, color="#4c72b0", baseline=0)
+    ax.bar([seq], lengths[seq:], width=1.0, color="#dd8452")
     ax.set_xlim(0, seq + 1)
     ax.set_yscale("log")  # the full-length bar is most of the data; the short ones would not show beside it
     ax.set_xlabel("real tokens per instance ([CLS] A [SEP] B [SEP])")
