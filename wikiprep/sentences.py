@@ -42,7 +42,9 @@ log = logging.getLogger(__name__)
 # candidate sentence end, most of it in those wrappers). These two classes compile nltk's own
 # patterns, unchanged, with `re`; Punkt takes them through its public `lang_vars` and
 # `token_cls` arguments. The sentences and the trained model are identical (tested); the
-# patterns are the linear ones of nltk's ReDoS fix, not the backtracking pre-3.8.2 ones.
+# patterns are the linear ones of nltk's ReDoS fix, not the backtracking pre-3.8.2 ones. Identical
+# on text the two engines class alike: `re`'s \w takes superscript digits and `regex`'s combining
+# marks, `re`'s \s takes U+001C-U+001F (README, "Measured speed").
 
 class PlainRegexLanguageVars(PunktLanguageVars):
     re_boundary_realignment = re.compile(PunktLanguageVars.re_boundary_realignment.pattern, re.MULTILINE)
