@@ -9,7 +9,8 @@
  *   shuffle        random.Random.shuffle of an int64 array, on such a state.
  *   copy_shuffled  the copy-out: spilled framed records in shuffled order, with their index lines, in blocks.
  *   LineTokenizer  instances._tokenize_lines: read_corpus's loop over lines (document breaks, sentences) with
- *                  the tokenizer's chunk ids from a table here (misses go back to FullTokenizer).
+ *                  the tokenizer's chunk ids from a table here; a printable-ASCII chunk missing from it is
+ *                  computed here (FullTokenizer._chunk_ids), the others go back to FullTokenizer.
  *   crc32c         CRC-32C (Castagnoli), for the TFRecord framing.
  *
  * The random numbers. CPython's random.Random is MT19937 (Modules/_randommodule.c), consumed as:
