@@ -8,6 +8,7 @@ output and index file byte for byte; the reference fixtures pin both to google-r
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import random
 import shlex
@@ -230,13 +231,16 @@ def test_the_tokenizer_loop_gives_the_python_loop_ids_whatever_its_table_holds(t
     for lower in (True, False):
         for cache_size in (5, 300_000):  # a table emptied again and again, and one that keeps everything
             python = FullTokenizer(vocab, lower, cache_size=cache_size)
-            compiled = FullTokenizer(vocab, lower, cache_size=cache_size)
-            loop = speedups.compiled().LineTokenizer(compiled.chunk_packed, compiled.fill, compiled.cache,
-                                                     compiled.clean_table, cache_size)
-            for start in (0, 17):  # counting on from a corpus so far
-                expected = instances._tokenize_lines(lines, python.encode_packed, 100, start, 3)
-                assert loop.tokenize(lines, 100, start, 3) == expected
-                assert loop.tokenize(lines, 100, start, 3) == expected  # from a filled table
+            for in_c in (False, True):  # printable-ASCII misses asked of chunk_packed, or computed in C
+                compiled = FullTokenizer(vocab, lower, cache_size=cache_size)
+                wordpiece = dict(vocab_ids=vocab.ids, do_lower_case=lower, max_len=compiled.max_len,
+                                 unk_id=vocab.unk_id) if in_c else {}
+                loop = speedups.compiled().LineTokenizer(compiled.chunk_packed, compiled.fill, compiled.cache,
+                                                         compiled.clean_table, cache_size, **wordpiece)
+                for start in (0, 17):  # counting on from a corpus so far
+                    expected = instances._tokenize_lines(lines, python.encode_packed, 100, start, 3)
+                    assert loop.tokenize(lines, 100, start, 3) == expected
+                    assert loop.tokenize(lines, 100, start, 3) == expected  # from a filled table
 
 
 @needs_extension
@@ -247,3 +251,68 @@ def test_crc32c_is_the_castagnoli_crc_with_and_without_the_instruction():
         for offset in (0, 3):
             piece = data[offset:offset + n]
             assert fast.crc32c(piece) == fast.crc32c(piece, True) == crc32c_package.crc32c(piece), (n, offset)
+
+
+def _random_ascii_chunk(rng: random.Random, alphabet: str) -> str:
+    """A printable-ASCII chunk (no space): letters, digits and punctuation runs, now and then a word over 200 characters."""
+    if rng.random() < 0.03:
+        return "".join(rng.choice("abAB") for _ in range(rng.choice((199, 200, 201, 250))))
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
+
+
+PUNCTUATION = "".join(chr(c) for c in range(33, 127) if not chr(c).isalnum())
+
+
+@needs_extension
+@pytest.mark.parametrize("lower", [True, False])
+def test_the_compiled_tokenizer_computes_a_printable_ascii_chunk_as_chunk_packed(tmp_path, lower):
+    """Chunks missing from the table are computed in C (lower-casing, punctuation split, WordPiece): the same
+    ids as FullTokenizer.chunk_packed, over a tiny vocabulary ([UNK]s, `##` pieces, upper-case tokens, a long
+    token widening the window), the BERT one when present, and a table emptied again and again."""
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "ab", "abab", "##a", "##b",
+                               "##ab", "##ba", "##bab", "A", "AB", "##B", "##Ab", "1", "##1", "12", "##2", "-", ".",
+                               "!", "##!", "~", "a" * 30, "##" + "b" * 28]) + "\n")  # two tokens of the longest length (30): the windows meet their edges
+    vocabs = [Vocab(tiny)] + ([Vocab(VOCAB)] if VOCAB.is_file() else [])
+    rng = random.Random(15)
+    alphabets = ["abAB12" + PUNCTUATION, "ab", "aB!", "xyz" + PUNCTUATION[:5], "abcdefghijklmnopqrstuvwxyz0123456789"]
+    chunks = [_random_ascii_chunk(rng, rng.choice(alphabets)) for _ in range(4000)]
+    chunks += [PUNCTUATION, "a" * 200, "a" * 201, "b" + "a" * 199, "ABAB", "Ab", "##", "#a", "~~~", "[UNK]", "[CLS]"]
+    chunks += ["a" * 30 + "b" * 28, "a" * 31, "a" + "b" * 28 + "a", "a" + "b" * 29, "a" * 29 + "b" * 28 + "ab"]
+    for vocab in vocabs:
+        python = FullTokenizer(vocab, lower)
+        for max_entries in (7, 300_000):
+            compiled = FullTokenizer(vocab, lower)
+            loop = speedups.compiled().LineTokenizer(
+                compiled.chunk_packed, compiled.fill, compiled.cache, compiled.clean_table, max_entries,
+                vocab_ids=vocab.ids, do_lower_case=lower, max_len=compiled.max_len, unk_id=vocab.unk_id)
+            for _ in range(2):  # computed, then (what the table still holds) looked up
+                ids, ends, _docs = loop.tokenize(chunks, 0, 0, 0)
+                expected = [python.chunk_packed(c) for c in chunks]
+                assert ids == b"".join(expected)
+                assert array("q", ends).tolist() == list(itertools.accumulate(len(e) // 4 for e in expected))
+                # the same chunks inside a line that is not printable ASCII (cleaned and split by str)
+                line = "é\t" + " ".join(chunks[:300])
+                assert loop.tokenize([line], 0, 0, 0)[0] == python.encode_packed(line)
+            assert list(compiled.cache) == ["é"]  # the one chunk that is not printable ASCII went back to Python
+
+
+@needs_extension
+@pytest.mark.parametrize("lower", [True, False])
+def test_the_compiled_tokenizer_without_unk_raises_the_python_error(tmp_path, lower):
+    path = tmp_path / "no-unk.txt"
+    path.write_text("[CLS]\n[SEP]\n[MASK]\na\n##b\n.\n")
+    vocab = Vocab(path)
+    for chunk in ["ab.c", "A" + "b" * 250, "a" * 201, "ab,", "Abab"]:
+        python = FullTokenizer(vocab, lower)
+        with pytest.raises(PrepError) as expected:
+            python.chunk_packed(chunk)
+        compiled = FullTokenizer(vocab, lower)
+        loop = speedups.compiled().LineTokenizer(
+            compiled.chunk_packed, compiled.fill, compiled.cache, compiled.clean_table, 100,
+            vocab_ids=vocab.ids, do_lower_case=lower, max_len=compiled.max_len, unk_id=vocab.unk_id)
+        assert loop.tokenize(["ab. a.", "ab"], 0, 0, 0)[0] == python.encode_packed("ab. a.") + python.encode_packed("ab")
+        with pytest.raises(PrepError) as got:
+            loop.tokenize(["ab", "a " + chunk], 0, 0, 0)
+        assert str(got.value) == str(expected.value)
+        assert "\n" not in str(got.value)

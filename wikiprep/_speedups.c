@@ -9,7 +9,8 @@
  *   shuffle        random.Random.shuffle of an int64 array, on such a state.
  *   copy_shuffled  the copy-out: spilled framed records in shuffled order, with their index lines, in blocks.
  *   LineTokenizer  instances._tokenize_lines: read_corpus's loop over lines (document breaks, sentences) with
- *                  the tokenizer's chunk ids from a table here (misses go back to FullTokenizer).
+ *                  the tokenizer's chunk ids from a table here; a printable-ASCII chunk missing from it is
+ *                  computed here (FullTokenizer._chunk_ids), the others go back to FullTokenizer.
  *   crc32c         CRC-32C (Castagnoli), for the TFRecord framing.
  *
  * The random numbers. CPython's random.Random is MT19937 (Modules/_randommodule.c), consumed as:
@@ -1244,6 +1245,12 @@ PyDoc_STRVAR(crc32c_doc, "crc32c(data, software=False) -> int\n\n"
 
 static PyObject *str_strip, *str_translate;
 
+#define MAX_INPUT_CHARS_PER_WORD 200 /* tokenization.MAX_INPUT_CHARS_PER_WORD: a longer word is [UNK] */
+
+static inline int isalnum_ascii(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
 /* A printable-ASCII chunk's ids, by its bytes: open addressing, linear probing; keys and ids in one arena. */
 typedef struct {
     uint64_t hash; /* 0: empty slot */
@@ -1257,6 +1264,12 @@ typedef struct {
     Slot *slots;
     size_t cap, count, max_entries;
     Buf arena;
+    /* FullTokenizer's vocabulary (token -> id), for computing a printable-ASCII chunk's ids here; NULL:
+     * ask ids_of instead. */
+    PyObject *vocab_ids;
+    int lower, has_unk;
+    Py_ssize_t max_len;
+    int32_t unk_id;
 } LineTokenizer;
 
 static inline uint64_t chunk_hash(const unsigned char *p, size_t n) {
@@ -1322,7 +1335,107 @@ static int append_packed(PyObject *ids, Buf *out) {
     return buf_append(out, PyBytes_AS_STRING(ids), (size_t)PyBytes_GET_SIZE(ids));
 }
 
-/* A printable-ASCII chunk: from the table, else ids_of(chunk), then kept. */
+static int is_printable_ascii(const Py_UCS1 *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* The id of token p[0:n] (ASCII) in vocab_ids: 1 with *id set, 0 when absent, -1 on error. */
+static int vocab_id(LineTokenizer *t, const char *p, Py_ssize_t n, int32_t *id) {
+    PyObject *token = PyUnicode_FromStringAndSize(p, n);
+    if (token == NULL)
+        return -1;
+    PyObject *value = PyDict_GetItemWithError(t->vocab_ids, token);
+    Py_DECREF(token);
+    if (value == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "LineTokenizer: a vocabulary id does not fit in int32");
+        return -1;
+    }
+    *id = (int32_t)v;
+    return 1;
+}
+
+/* FullTokenizer._wordpiece of one word (ASCII, 1..MAX_INPUT_CHARS_PER_WORD chars; the caller checks the
+ * length): greedy longest-match-first, "##" before a piece not starting the word, the first piece at most
+ * max_len characters, the others max_len - 2 (the window of the Python code). Appends the ids; 1 when some
+ * position has no piece (the word is [UNK]: nothing appended), 0 when spelt, -1 on error. */
+static int word_pieces(LineTokenizer *t, const char *word, Py_ssize_t n, Buf *out) {
+    char piece[2 + MAX_INPUT_CHARS_PER_WORD];
+    size_t before = out->len;
+    Py_ssize_t start = 0;
+    piece[0] = piece[1] = '#';
+    while (start < n) {
+        Py_ssize_t window = start == 0 ? t->max_len : t->max_len - 2;
+        Py_ssize_t end = start + window < n ? start + window : n;
+        int32_t id = 0;
+        int found = 0;
+        while (start < end) {
+            if (start == 0) {
+                found = vocab_id(t, word, end, &id);
+            } else {
+                memcpy(piece + 2, word + start, (size_t)(end - start));
+                found = vocab_id(t, piece, 2 + end - start, &id);
+            }
+            if (found)
+                break;
+            end--;
+        }
+        if (found < 0)
+            return -1;
+        if (!found) {
+            out->len = before;
+            return 1;
+        }
+        if (buf_append(out, &id, 4) < 0)
+            return -1;
+        start = end;
+    }
+    return 0;
+}
+
+/* FullTokenizer._chunk_ids of a printable-ASCII chunk (no spaces): lower-cased when do_lower_case, split into
+ * runs of letters and digits and single other characters (all punctuation to the original), each piece
+ * WordPiece'd; a piece longer than MAX_INPUT_CHARS_PER_WORD, or one that cannot be spelt, is [UNK].
+ * Appends the ids: 0; 1 when an [UNK] is needed and the vocabulary has none (nothing appended); -1 on error. */
+static int ascii_chunk_wordpieces(LineTokenizer *t, const unsigned char *key, size_t n, Buf *out) {
+    char word[MAX_INPUT_CHARS_PER_WORD];
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && isalnum_ascii(key[j]))
+            j++;
+        if (j == i)
+            j = i + 1; /* one punctuation character */
+        size_t len = j - i;
+        int rc = 1;
+        if (len <= MAX_INPUT_CHARS_PER_WORD) {
+            for (size_t k = 0; k < len; k++) {
+                unsigned char c = key[i + k];
+                word[k] = (char)(t->lower && c >= 'A' && c <= 'Z' ? c + 32 : c);
+            }
+            rc = word_pieces(t, word, (Py_ssize_t)len, out);
+            if (rc < 0)
+                return -1;
+        }
+        if (rc == 1) {
+            if (!t->has_unk)
+                return 1;
+            if (buf_append(out, &t->unk_id, 4) < 0)
+                return -1;
+        }
+        i = j;
+    }
+    return 0;
+}
+
+/* A printable-ASCII chunk, line[a:b] (its bytes at key): from the table, else computed (or ids_of(chunk)), then kept. */
 static int ascii_chunk_ids(LineTokenizer *t, PyObject *line, const unsigned char *key, Py_ssize_t a, Py_ssize_t b,
                            Buf *out) {
     size_t n = (size_t)(b - a);
@@ -1335,6 +1448,15 @@ static int ascii_chunk_ids(LineTokenizer *t, PyObject *line, const unsigned char
                 return buf_append(out, t->arena.data + s->at + n, 4 * (size_t)s->n_ids);
             j = (j + 1) & (t->cap - 1);
         }
+    }
+    if (t->vocab_ids != NULL) {
+        size_t before = out->len;
+        int rc = ascii_chunk_wordpieces(t, key, n, out);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            return table_insert(t, h, key, n, out->data + before, out->len - before);
+        out->len = before; /* a word needing the [UNK] this vocabulary lacks: FullTokenizer raises the error */
     }
     PyObject *chunk = PyUnicode_Substring(line, a, b);
     if (chunk == NULL)
@@ -1367,12 +1489,6 @@ static int dict_chunk_ids(LineTokenizer *t, PyObject *chunk, Buf *out) {
     return rc;
 }
 
-static int is_printable_ascii(const Py_UCS1 *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (s[i] < 0x20 || s[i] > 0x7e)
-            return 0;
-    return 1;
-}
 
 /* The ids of one line (FullTokenizer.encode_packed of line.strip()), appended to out; *blank when it strips to "". */
 static int line_ids(LineTokenizer *t, PyObject *line, Buf *out, int *blank) {
@@ -1427,11 +1543,19 @@ static int line_ids(LineTokenizer *t, PyObject *line, Buf *out, int *blank) {
     Py_DECREF(cleaned);
     if (chunks == NULL)
         return -1;
-    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(chunks); k++)
-        if (dict_chunk_ids(t, PyList_GET_ITEM(chunks, k), out) < 0) {
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(chunks); k++) {
+        /* A chunk's ids depend on the chunk alone: a printable-ASCII one is looked up (or computed) as in a
+         * printable-ASCII line. */
+        PyObject *chunk = PyList_GET_ITEM(chunks, k);
+        Py_ssize_t len = PyUnicode_GET_LENGTH(chunk);
+        int rc = PyUnicode_IS_ASCII(chunk) && is_printable_ascii(PyUnicode_1BYTE_DATA(chunk), len)
+                     ? ascii_chunk_ids(t, chunk, PyUnicode_1BYTE_DATA(chunk), 0, len, out)
+                     : dict_chunk_ids(t, chunk, out);
+        if (rc < 0) {
             Py_DECREF(chunks);
             return -1;
         }
+    }
     Py_DECREF(chunks);
     return 0;
 }
@@ -1487,12 +1611,34 @@ done:
 }
 
 static int line_tokenizer_init(LineTokenizer *t, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"ids_of", "fill", "cache", "clean_table", "max_entries", NULL};
-    PyObject *ids_of, *fill, *cache, *clean;
-    Py_ssize_t max_entries;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!On:LineTokenizer", kwlist, &ids_of, &fill, &PyDict_Type,
-                                     &cache, &clean, &max_entries))
+    static char *kwlist[] = {"ids_of", "fill", "cache", "clean_table", "max_entries", "vocab_ids", "do_lower_case",
+                             "max_len", "unk_id", NULL};
+    PyObject *ids_of, *fill, *cache, *clean, *vocab_ids = Py_None, *unk = Py_None;
+    Py_ssize_t max_entries, max_len = 0;
+    int lower = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!On|$OpnO:LineTokenizer", kwlist, &ids_of, &fill,
+                                     &PyDict_Type, &cache, &clean, &max_entries, &vocab_ids, &lower, &max_len, &unk))
         return -1;
+    if (vocab_ids != Py_None && !PyDict_CheckExact(vocab_ids)) {
+        PyErr_SetString(PyExc_TypeError, "LineTokenizer: vocab_ids must be a dict (token -> id) or None");
+        return -1;
+    }
+    int32_t unk_id = 0;
+    if (unk != Py_None) {
+        long v = PyLong_AsLong(unk);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v < INT32_MIN || v > INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "LineTokenizer: unk_id does not fit in int32");
+            return -1;
+        }
+        unk_id = (int32_t)v;
+    }
+    Py_XSETREF(t->vocab_ids, vocab_ids == Py_None ? NULL : Py_NewRef(vocab_ids));
+    t->lower = lower;
+    t->max_len = max_len;
+    t->has_unk = unk != Py_None;
+    t->unk_id = unk_id;
     Py_INCREF(ids_of);
     Py_INCREF(fill);
     Py_INCREF(cache);
@@ -1511,6 +1657,7 @@ static int line_tokenizer_traverse(LineTokenizer *t, visitproc visit, void *arg)
     Py_VISIT(t->fill);
     Py_VISIT(t->cache);
     Py_VISIT(t->clean);
+    Py_VISIT(t->vocab_ids);
     return 0;
 }
 
@@ -1519,6 +1666,7 @@ static int line_tokenizer_clear(LineTokenizer *t) {
     Py_CLEAR(t->fill);
     Py_CLEAR(t->cache);
     Py_CLEAR(t->clean);
+    Py_CLEAR(t->vocab_ids);
     return 0;
 }
 
@@ -1536,11 +1684,15 @@ static PyMethodDef line_tokenizer_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 PyDoc_STRVAR(line_tokenizer_doc,
-             "LineTokenizer(ids_of, fill, cache, clean_table, max_entries)\n\n"
+             "LineTokenizer(ids_of, fill, cache, clean_table, max_entries, *, vocab_ids=None, do_lower_case=False,\n"
+             "              max_len=0, unk_id=None)\n\n"
              "read_corpus's loop over lines (instances._tokenize_lines) with FullTokenizer's chunk ids: a chunk\n"
              "of a printable-ASCII line from a table here, keyed by its bytes (at most max_entries, emptied when\n"
-             "full), asking ids_of(chunk) on a miss; other chunks from `cache` (str -> packed int32s), asking\n"
-             "fill(chunk) on a miss. Other lines are cleaned with str.translate(clean_table) first.");
+             "full); on a miss computed here from vocab_ids (FullTokenizer's lower-casing, punctuation split and\n"
+             "WordPiece, max_len its longest token, unk_id the [UNK] id or None), or asked of ids_of(chunk) when\n"
+             "vocab_ids is None or the chunk needs an [UNK] the vocabulary lacks (ids_of raises the error). Other\n"
+             "chunks from `cache` (str -> packed int32s), asking fill(chunk) on a miss. Other lines are cleaned\n"
+             "with str.translate(clean_table) first.");
 
 static PyTypeObject LineTokenizerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "wikiprep._speedups.LineTokenizer",

@@ -193,7 +193,8 @@ def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = 
     fast = speedups.compiled()
     if fast is not None:
         tokenize = fast.LineTokenizer(tokenizer.chunk_packed, tokenizer.fill, tokenizer.cache, tokenizer.clean_table,
-                                      tokenizer.cache_size).tokenize
+                                      tokenizer.cache_size, vocab_ids=vocab.ids, do_lower_case=tokenizer.do_lower_case,
+                                      max_len=tokenizer.max_len, unk_id=vocab.unk_id).tokenize
     else:
         def tokenize(lines, n_tokens, n_sentences, last_doc_start):
             return _tokenize_lines(lines, tokenizer.encode_packed, n_tokens, n_sentences, last_doc_start)

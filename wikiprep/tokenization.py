@@ -168,8 +168,9 @@ class FullTokenizer:
     `encode_packed` gives a line's ids as packed int32s (`array("i")` bytes: what the instance
     generator's corpus holds), `encode` as a list of ints. `cache_size` bounds the chunk cache
     (entries); when full it is emptied and refilled, which costs time, never correctness. The
-    compiled `LineTokenizer` (`speedups`) keeps its own table of printable-ASCII chunks (filled by
-    `chunk_packed`) and reads this cache for the others, calling `fill` on a miss.
+    compiled `LineTokenizer` (`speedups`) keeps its own table of printable-ASCII chunks (computing a
+    miss itself from `vocab.ids`, `do_lower_case` and `max_len`, `chunk_packed` when it needs the
+    [UNK] a vocabulary lacks) and reads this cache for the others, calling `fill` on a miss.
     """
 
     def __init__(self, vocab: Vocab, do_lower_case: bool = True, cache_size: int = 300_000):
@@ -179,7 +180,7 @@ class FullTokenizer:
         self.cache: dict[str, bytes] = {}  # whitespace-separated chunk -> its ids, packed int32s
         self._word_cache: dict[str, tuple[int, ...]] = {}  # word (after the punctuation split) -> its ids
         self.clean_table = _CLEAN_TABLE
-        self._max_len = max(len(t) for t in vocab.ids)
+        self.max_len = max(len(t) for t in vocab.ids)  # the longest token: WordPiece's first window
 
     # -- public -------------------------------------------------------------------------------
 
@@ -238,7 +239,7 @@ class FullTokenizer:
         if n > MAX_INPUT_CHARS_PER_WORD:
             return [self._unk()]
         ids = self.vocab.ids
-        max_len = self._max_len
+        max_len = self.max_len
         out = []
         start = 0
         while start < n:
