@@ -1342,6 +1342,19 @@ static int is_printable_ascii(const Py_UCS1 *s, Py_ssize_t n) {
     return 1;
 }
 
+/* A Python int as int32 in *out: 0, or -1 with OverflowError naming `what` (or the int's own error). */
+static int as_int32(PyObject *value, const char *what, int32_t *out) {
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "LineTokenizer: %s does not fit in int32", what);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
 /* The id of token p[0:n] (ASCII) in vocab_ids: 1 with *id set, 0 when absent, -1 on error. */
 static int vocab_id(LineTokenizer *t, const char *p, Py_ssize_t n, int32_t *id) {
     PyObject *token = PyUnicode_FromStringAndSize(p, n);
@@ -1351,15 +1364,7 @@ static int vocab_id(LineTokenizer *t, const char *p, Py_ssize_t n, int32_t *id) 
     Py_DECREF(token);
     if (value == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    long v = PyLong_AsLong(value);
-    if (v == -1 && PyErr_Occurred())
-        return -1;
-    if (v < INT32_MIN || v > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "LineTokenizer: a vocabulary id does not fit in int32");
-        return -1;
-    }
-    *id = (int32_t)v;
-    return 1;
+    return as_int32(value, "a vocabulary id", id) < 0 ? -1 : 1;
 }
 
 /* FullTokenizer._wordpiece of one word (ASCII, 1..MAX_INPUT_CHARS_PER_WORD chars; the caller checks the
@@ -1624,16 +1629,8 @@ static int line_tokenizer_init(LineTokenizer *t, PyObject *args, PyObject *kwarg
         return -1;
     }
     int32_t unk_id = 0;
-    if (unk != Py_None) {
-        long v = PyLong_AsLong(unk);
-        if (v == -1 && PyErr_Occurred())
-            return -1;
-        if (v < INT32_MIN || v > INT32_MAX) {
-            PyErr_SetString(PyExc_OverflowError, "LineTokenizer: unk_id does not fit in int32");
-            return -1;
-        }
-        unk_id = (int32_t)v;
-    }
+    if (unk != Py_None && as_int32(unk, "unk_id", &unk_id) < 0)
+        return -1;
     Py_XSETREF(t->vocab_ids, vocab_ids == Py_None ? NULL : Py_NewRef(vocab_ids));
     t->lower = lower;
     t->max_len = max_len;
