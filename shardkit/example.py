@@ -15,9 +15,10 @@ SHARDKIT_PURE_PYTHON=1 makes it take the Python path anyway).
 
 from __future__ import annotations
 
-import os
 import struct
 from typing import Iterable, Sequence
+
+from .extensions import python_requested
 
 try:
     from . import _examples as _compiled
@@ -295,9 +296,7 @@ def _unpack_varints(buf: bytes):
 def compiled_decoder():
     """The extension `_examples` that `decode_batch` uses, or None: not built, or SHARDKIT_PURE_PYTHON (any value
     but empty or 0) asks for the Python path, for the tests and for a user who wants to rule it out."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return None
-    return _compiled
+    return None if python_requested(PURE_PYTHON_ENV) else _compiled
 
 
 def _decode_compiled(decoder, records, features, tags) -> dict | None:

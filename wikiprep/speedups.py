@@ -11,9 +11,10 @@ the tests, and for a user who wants to rule the extension out.
 
 from __future__ import annotations
 
-import os
 import random
 from types import ModuleType
+
+from shardkit.extensions import python_requested
 
 try:
     from . import _speedups as _compiled
@@ -30,14 +31,12 @@ def built() -> bool:
 
 def compiled() -> ModuleType | None:
     """The extension module, or None when it is not built or WIKIPREP_PURE_PYTHON asks for Python."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
-        return None
-    return _compiled
+    return None if python_requested(PURE_PYTHON_ENV) else _compiled
 
 
 def python_reason() -> str | None:
     """Why the Python paths run, for a log line ("pure Python: ..."); None when the extension does."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+    if python_requested(PURE_PYTHON_ENV):
         return f"pure Python: {PURE_PYTHON_ENV} is set"
     if _compiled is None:
         return "pure Python: wikiprep._speedups is not built (make setup with a C compiler builds it)"
