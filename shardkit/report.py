@@ -195,10 +195,10 @@ class Report:
 
     def figure(self, name: str, fig, alt: str, caption: str | Html = "") -> Html:
         """Render matplotlib `fig` as PNG `name` and return it embedded, captioned with its file name too."""
-        return self.figures([(name, fig, alt, caption)], processes=1)[0]
+        return self.figures([(name, fig, alt, caption)], processes=1)[name]
 
-    def figures(self, specs: Iterable[tuple], processes: int | None = None) -> list[Html]:
-        """`figure` for each (name, fig, alt[, caption]) of `specs`, in that order, rendered `processes` at a
+    def figures(self, specs: Iterable[tuple], processes: int | None = None) -> dict[str, Html]:
+        """`figure` for each (name, fig, alt[, caption]) of `specs`, by name in that order, rendered `processes` at a
         time (default: one per usable core) in forked children (`shardkit.pool.forked_each`: an error or a
         signal stops and reaps them all). `specs` may build each figure as it is asked for: the next is
         built while the last ones are drawn. The same bytes as rendering them here one after another: a
@@ -212,11 +212,11 @@ class Report:
         else:
             with forked_each(_render, specs, processes, name=lambda spec: spec[0]) as finished:
                 rendered = dict(finished)
-        out = []
+        out = {}
         for name, _, alt, *caption in taken:
             caption = caption[0] if caption else ""
             self.pngs[name] = png = rendered[name]
-            out.append(figure(png, alt, join([caption, " " if caption else "", tag("code", name)])))
+            out[name] = figure(png, alt, join([caption, " " if caption else "", tag("code", name)]))
         return out
 
     def write(self, out_dir, page_text: str, *, overwrite: bool = False) -> list[str]:

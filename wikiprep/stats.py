@@ -367,15 +367,13 @@ def _plain(label: str) -> str:
 
 
 def _plots(st: dict, rep: Report) -> dict[str, Html]:
-    """Every figure of the report, rendered once (its bytes kept by `rep`), by section. `Report.figures`
-    draws each in a child of its own as soon as it is built, while the next is being built."""
-    sections: list[str] = []
-    specs = ((sections.append(section) or spec) for section, *spec in _figure_specs(st))
-    return dict(zip(sections, rep.figures(specs)))
+    """Every figure of the report, rendered once (its bytes kept by `rep`), by section (its file's name without
+    .png). `Report.figures` draws each in a child of its own as soon as it is built, while the next is built."""
+    return {name.removesuffix(".png"): html for name, html in rep.figures(_figure_specs(st)).items()}
 
 
 def _figure_specs(st: dict):
-    """(section, file name, figure, alt text) of each figure of the report, built one at a time."""
+    """(file name, figure, alt text) of each figure of the report, built one at a time."""
     import numpy as np
     from matplotlib.ticker import MaxNLocator
 
@@ -395,7 +393,7 @@ def _figure_specs(st: dict):
     ax.set_title(f"Real tokens per instance: mean {st['mean_length']:.1f}; full length ({seq}, orange) "
                  f"{_percent(st['full_length_fraction'])}")
     ax.grid(True, axis="y", alpha=0.3)
-    yield "lengths", "lengths.png", fig, "histogram of real tokens per instance"
+    yield "lengths.png", fig, "histogram of real tokens per instance"
 
     fig = figure(10, 3.6)
     ax = fig.add_subplot(1, 1, 1)
@@ -412,7 +410,7 @@ def _figure_specs(st: dict):
     ax.set_title(f"A/B split: mean A {st['mean_segment_a_length']:.1f}, mean B {st['mean_segment_b_length']:.1f}")
     ax.legend(loc="upper right")
     ax.grid(True, alpha=0.3)
-    yield "segments", "segments.png", fig, "histograms of segment A and segment B lengths"
+    yield "segments.png", fig, "histograms of segment A and segment B lengths"
 
     fig = figure(10, 3.4)
     ax = fig.add_subplot(1, 1, 1)
@@ -427,7 +425,7 @@ def _figure_specs(st: dict):
     ax.set_title(f"Masks per instance: mean {st['mean_masks']:.2f}; at max_predictions_per_seq ({pred}, orange) "
                  f"{_percent(st['masks_at_max_fraction'])}")
     ax.grid(True, axis="y", alpha=0.3)
-    yield "masks", "masks.png", fig, "histogram of masked tokens per instance"
+    yield "masks.png", fig, "histogram of masked tokens per instance"
 
     fig = figure(10, 5.2)
     files = st["files"]
@@ -451,7 +449,7 @@ def _figure_specs(st: dict):
     for a in fig.axes:
         a.set_xlim(-0.6, len(files) - 0.4)
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
-    yield "shards", "shards.png", fig, "instances and random-next share per shard"
+    yield "shards.png", fig, "instances and random-next share per shard"
 
     shown = 20
     fig = figure(10, 0.28 * shown + 1.4)
@@ -464,7 +462,7 @@ def _figure_specs(st: dict):
         ax.set_xlabel("share of the tokens (%)" if col == 0 else "share of the masked tokens (%)")
         ax.set_title(title)
         ax.grid(True, axis="x", alpha=0.3)
-    yield "tokens", "tokens.png", fig, "bar charts of the commonest tokens and masked tokens"
+    yield "tokens.png", fig, "bar charts of the commonest tokens and masked tokens"
 
 
 def _bucket_rows(hist: dict[str, int], seq: int, total: int) -> list[list]:
