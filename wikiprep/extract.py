@@ -107,8 +107,9 @@ DAY_NAMES = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
 
 # Links are dropped, not kept as <a> tags (the WikiExtractor CLI default without --links).
 IGNORED_TAG_PATTERNS = list(wx._DEFAULT_IGNORED_TAG_PATTERNS) + [wx.ignoreTag("a")]
+_IGNORED_TAG_NAMES = list(wx.ignoredTags) + ["a"]  # IGNORED_TAG_PATTERNS' tags, in its order
 # Each pair's tag, for `clean`'s fast path.
-_IGNORED_TAG_OF = dict(zip(IGNORED_TAG_PATTERNS, list(wx.ignoredTags) + ["a"]))
+_IGNORED_TAG_OF = dict(zip(IGNORED_TAG_PATTERNS, _IGNORED_TAG_NAMES))
 
 
 def parse_dump_date(dump_date: str) -> dt.date:
@@ -558,7 +559,6 @@ def _tag_names_re(names) -> re.Pattern:
     return re.compile(rf"<\s*/?\s*(?:{alternatives})\b", re.IGNORECASE)
 
 
-_IGNORED_TAG_NAMES = list(wx.ignoredTags) + ["a"]  # IGNORED_TAG_PATTERNS, in its order
 _TAG_NAMES = list(dict.fromkeys(list(wx.discardElements) + list(wx.selfClosingTags) + _IGNORED_TAG_NAMES))
 TAG_NAMES_RE = _tag_names_re(_TAG_NAMES)
 _GROUP_NAME = {f"t{i}": name for i, name in enumerate(_TAG_NAMES)}
@@ -640,9 +640,8 @@ def clean(extractor, text, expand_templates=False, html_safe=True):
         if tag not in present:
             continue
         before = text
-        close_pattern = r'<\s*/\s*%s\s*>' % tag
         text = wx.dropNested(text, r'''<\s*%s\b(?:(?=("[^"]*"|'[^']*'|[^>]))\1)*(?<!/)>''' % tag,
-                             close_pattern)
+                             close_re.pattern)
         text = close_re.sub('', text)
         if text != before:
             present = _tags_in(text)
@@ -688,7 +687,6 @@ class Extractor(wx.Extractor):
         self.magicWords['currenttime'] = time.strftime('%H:%M:%S')
         text = clean(self, text, expand_templates=expand_templates, html_safe=html_safe)
         return wx.compact(text, mark_headers=mark_headers, extractor=self)
-
 
 
 # ----------------------------------------------------------------------------------------
