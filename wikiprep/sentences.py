@@ -337,11 +337,7 @@ class PunktSplitter(PunktSentenceTokenizer):
             result = False
         else:
             words = [facts.get(word) or self._word_facts(word) for word in self._word_tokenizer.findall(run)]
-            inner = False
-            for i in range(len(words) - 1):
-                if self._breaks_before(words[i], words[i + 1]):
-                    inner = True
-                    break
+            inner = any(self._breaks_before(word, after) for word, after in zip(words, words[1:]))
             result = (words[0], words[-1], inner, True if inner else words[-1][0])
         self._runs[run] = result
         return result
