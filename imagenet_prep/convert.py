@@ -266,7 +266,11 @@ class _Reader:
             if self.tar is None:  # four system calls (open() and readall() make eight)
                 fd = os.open(self._prefix + rel, os.O_RDONLY | os.O_CLOEXEC)
                 try:
-                    return os.read(fd, os.fstat(fd).st_size)
+                    size = os.fstat(fd).st_size
+                    data = os.read(fd, size)
+                    if len(data) < size:  # one read(2) stops at ~2 GiB: the rest to the end, as readall() does
+                        data = b"".join([data, *iter(lambda: os.read(fd, 1 << 24), b"")])
+                    return data
                 finally:
                     os.close(fd)
             offset, size = self.spec["offsets"][i], self.spec["sizes"][i]

@@ -707,3 +707,14 @@ def test_write_shard_and_finalize_refuse_what_does_not_match_the_plan(small_tree
     m = convert.finalize(plan, tmp_path, [r1, r0])
     assert [f["path"] for f in m["files"]] == ["idx/train-00000-of-00002.idx", "idx/train-00001-of-00002.idx",
                                                "train-00000-of-00002", "train-00001-of-00002"]
+
+
+def test_an_image_read_cut_short_by_the_kernel_is_read_to_its_end(tmp_path, monkeypatch):
+    """Linux ends one read(2) at ~2 GiB: the reader then reads on to the end of the file, as readall() did,
+    instead of keeping the first read's bytes. Here every read is cut at 1,000 bytes."""
+    data = bytes(range(256)) * 40
+    (tmp_path / "img.JPEG").write_bytes(data)
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: real_read(fd, min(n, 1000)))
+    reader = convert._Reader({"source": {"path": str(tmp_path), "kind": "dir"}, "files": ["img.JPEG"]})
+    assert reader.read(0) == data
