@@ -488,3 +488,26 @@ def test_fast_clean_on_tags_in_every_spelling(text):
     page = extract.Page(id=7, ns=0, title="Tags", revid="1", redirect=False, text=text)
     siteinfo, pinned = extract.SiteInfo(urlbase="https://en.wikipedia.org/wiki"), clock_magic_words(DATE)
     assert extract.extract_page(page, siteinfo, pinned) == stock_paragraphs(page, siteinfo, pinned)
+
+
+# The closing substitutions run only where their pattern can match (extract._may_match and two substring
+# tests): each spelling here needs one of them, or none, and the stock function decides what is right.
+SPACING_SPELLINGS = [
+    "Nothing to tidy here, at all.",
+    "two  spaces and three   spaces",
+    "a tab\tand two\t\ttabs",
+    "dots.... and five..... but three... stay",
+    *(f"space before {c}here" for c in ",:.)]»"),
+    *(f"space after {c} here" for c in "[(«"),
+    "\u00a0, no-break space before a comma, \u2009. thin space before a period,. ,, and «» (x) [y]",
+    "mixed  ( a , b ....  ) [ c ] « d » end .",
+]
+
+
+@pytest.mark.parametrize("text", SPACING_SPELLINGS)
+def test_fast_clean_on_spacing(text):
+    from wikiprep import extract
+
+    page = extract.Page(id=8, ns=0, title="Spacing", revid="1", redirect=False, text=text)
+    siteinfo, pinned = extract.SiteInfo(urlbase="https://en.wikipedia.org/wiki"), clock_magic_words(DATE)
+    assert extract.extract_page(page, siteinfo, pinned) == stock_paragraphs(page, siteinfo, pinned)

@@ -568,6 +568,15 @@ _NOINCLUDE_CLOSE_RE = re.compile(r'<\s*/\s*noinclude\s*>', re.IGNORECASE)
 _SPACE_BEFORE_RE = re.compile(r' ([,:.\)\]»])')
 _SPACE_AFTER_RE = re.compile(r'([\[\(«]) ')
 _PUNCTUATION_LINE_RE = re.compile(r'\n\W+?\n', flags=re.U)
+# Every string each of the two patterns above can match: a space then one of its characters, or one of its
+# characters then a space (each pattern is exactly such a two-character string, nothing optional).
+_SPACE_BEFORE_PAIRS = tuple(' ' + c for c in ',:.)]»')
+_SPACE_AFTER_PAIRS = tuple(c + ' ' for c in '[(«')
+
+
+def _may_match(text: str, pairs: tuple[str, ...]) -> bool:
+    """Whether `text` holds one of `pairs`: when not, a pattern that matches only those strings finds nothing."""
+    return any(pair in text for pair in pairs)
 
 
 def _tags_in(text: str) -> set[str]:
@@ -656,10 +665,16 @@ def clean(extractor, text, expand_templates=False, html_safe=True):
             index += 1
     text = text.replace('<<', u'«').replace('>>', u'»')
     text = text.replace('\t', ' ')
-    text = wx.spaces.sub(' ', text)
-    text = wx.dots.sub('...', text)
-    text = _SPACE_BEFORE_RE.sub(r'\1', text)
-    text = _SPACE_AFTER_RE.sub(r'\1', text)
+    # Each of these four runs only where it can match: a whole-page regex scan that finds nothing still
+    # costs a step per character, a substring test a fraction of that.
+    if '  ' in text:  # wx.spaces is ' {2,}'
+        text = wx.spaces.sub(' ', text)
+    if '....' in text:  # wx.dots is '\.{4,}'
+        text = wx.dots.sub('...', text)
+    if _may_match(text, _SPACE_BEFORE_PAIRS):
+        text = _SPACE_BEFORE_RE.sub(r'\1', text)
+    if _may_match(text, _SPACE_AFTER_PAIRS):
+        text = _SPACE_AFTER_RE.sub(r'\1', text)
     text = _PUNCTUATION_LINE_RE.sub('\n', text)
     text = text.replace(',,', ',').replace(',.', '.')
     if html_safe:
