@@ -73,3 +73,22 @@ def test_unk_is_required_by_the_pipeline_only(tmp_path):
     assert tokenizer.tokenize("The the") == ["the", "the"]
     with pytest.raises(PrepError, match=r"vocab.txt: vocab lacks \[UNK\] but the text has a word it cannot spell"):
         tokenizer.tokenize("zebra")
+
+
+def test_load_reads_a_vocabulary_once_per_version_of_the_file(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\r\n the \nof\nthe\n")
+    first = Vocab.load(path)
+    assert Vocab.load(path) is first and Vocab.load(str(path)) is first
+    fresh = Vocab(path)  # what load stands for: the same parse
+    assert (first.id_to_token, first.ids, first.words) == (fresh.id_to_token, fresh.ids, fresh.words)
+    assert first.ids["the"] == 8 and first.words.index("the") == 5  # first place, last id, as OrderedDict
+    replaced = tmp_path / "new.txt"
+    replaced.write_text("[CLS]\n[SEP]\n[MASK]\nnew\n")
+    os.replace(replaced, path)  # another file at the path: read again
+    assert Vocab.load(path).id_to_token == ["[CLS]", "[SEP]", "[MASK]", "new"]
+    with pytest.raises(PrepError, match="not a BERT vocabulary"):
+        Vocab.load(path, require_unk=True)  # the UNK requirement is its own entry
+    path.unlink()
+    with pytest.raises(PrepError, match="vocabulary file not found"):
+        Vocab.load(path)

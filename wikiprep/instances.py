@@ -575,7 +575,7 @@ def prepare(input_files: Sequence[str], vocab_file: str, options: GenerationOpti
         input_files = [input_files]
     if not input_files:
         raise PrepError("no input files given")
-    vocab = Vocab(vocab_file)
+    vocab = Vocab.load(vocab_file)
     corpus = read_corpus([os.fspath(p) for p in input_files], vocab, options.do_lower_case, progress)
     return vocab, corpus
 

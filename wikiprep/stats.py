@@ -53,7 +53,7 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
     found = open_records(folder)
     files = found.files
     vocab_path = (folder if folder.is_dir() else folder.parent) / "vocab.txt"
-    vocab = Vocab(vocab_path) if vocab_path.is_file() else None
+    vocab = Vocab.load(vocab_path) if vocab_path.is_file() else None
     read_back = read_back or {}
     stage = Stage(log, f"stats {folder}")
     progress = throttle(progress)
@@ -280,7 +280,7 @@ def _vocab_status(vocab_path: Path, description: dict) -> dict:
         return {"file": None, "sha256": None, "matches_dataset": None}
     digest = sha256_file(vocab_path)
     named = description.get("vocab_sha256")
-    return {"file": vocab_path.name, "sha256": digest, "tokens": len(Vocab(vocab_path).id_to_token),
+    return {"file": vocab_path.name, "sha256": digest, "tokens": len(Vocab.load(vocab_path).id_to_token),
             "matches_dataset": None if named is None else digest == named}
 
 

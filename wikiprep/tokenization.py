@@ -20,6 +20,7 @@ characters instead of 200.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from array import array
@@ -125,15 +126,14 @@ class Vocab:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise PrepError(f"{self.path}: vocabulary file is not UTF-8 (byte {e.start})") from None
+        if "\r" in text:
+            text = text.replace("\r", "")  # GFile.readline drops every '\r'
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()  # the newline ending the last line; readline() gives no extra line
-        self.ids: dict[str, int] = {}
-        self.id_to_token: list[str] = []
-        for index, line in enumerate(lines):
-            token = line.replace("\r", "").strip()  # GFile.readline drops every '\r'; then strip()
-            self.ids[token] = index
-            self.id_to_token.append(token)
+        self.id_to_token: list[str] = [line.strip() for line in lines]
+        # A token listed twice keeps its first place and takes its last id, as OrderedDict assignment does.
+        self.ids: dict[str, int] = {token: index for index, token in enumerate(self.id_to_token)}
         if not self.ids:
             raise PrepError(f"{self.path}: vocabulary file is empty")
         required = (CLS, SEP, MASK, UNK) if require_unk else (CLS, SEP, MASK)
@@ -144,6 +144,18 @@ class Vocab:
         self.cls_id, self.sep_id, self.mask_id = self.ids[CLS], self.ids[SEP], self.ids[MASK]
         self.unk_id: int | None = self.ids.get(UNK)
         self.size = len(self.id_to_token)
+
+    @classmethod
+    def load(cls, path: str | Path, require_unk: bool = False) -> Vocab:
+        """`Vocab(path, require_unk)`, read once per version of the file in this process: a shard's task
+        checks the vocabulary, tokenizes with it and reads its records back with it (30,522 lines, ~10 ms
+        each time). A file replaced or rewritten since is read again (its inode, size or mtime differ).
+        The object is shared: nothing changes a Vocab once it is made."""
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return cls(path, require_unk)  # its own error line
+        return _loaded_vocab(str(path), require_unk, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def __len__(self) -> int:
         return len(self.words)
@@ -160,6 +172,11 @@ class Vocab:
     def tokens(self, ids) -> list[str]:
         table = self.id_to_token
         return [table[i] if 0 <= i < len(table) else f"<{i}>" for i in ids]
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded_vocab(path: str, require_unk: bool, inode: int, size: int, mtime_ns: int) -> Vocab:
+    return Vocab(path, require_unk)
 
 
 class FullTokenizer:

@@ -180,4 +180,4 @@ def check_vocab_size(vocab_size: int) -> None:
 
 def check_vocab_file(path: str | Path) -> int:
     """Raise PrepError unless `path` is a BERT vocabulary the pipeline can use ([UNK] included); returns its size."""
-    return Vocab(path, require_unk=True).size
+    return Vocab.load(path, require_unk=True).size

@@ -450,7 +450,7 @@ class PretrainShard(PretrainTask):
         # The report's figures of this shard, read back here, in parallel with the other shards, so that
         # PretrainDataset's report only adds them up (wikiprep.stats.file_stats: a few hundred kB at most).
         self.set_status_message(f"reading {out.name} back for the report")
-        report_stats = record_stats.file_stats(reader.dataset_file(out), out, Vocab(self.vocab_path()), tensorflow=False)
+        report_stats = record_stats.file_stats(reader.dataset_file(out), out, Vocab.load(self.vocab_path()), tensorflow=False)
         write_receipt(out, seed=seed, stats=stats, report_stats=report_stats, **written)
 
 
