@@ -490,8 +490,9 @@ def test_fast_clean_on_tags_in_every_spelling(text):
     assert extract.extract_page(page, siteinfo, pinned) == stock_paragraphs(page, siteinfo, pinned)
 
 
-# The closing substitutions run only where their pattern can match (extract._may_match and two substring
-# tests): each spelling here needs one of them, or none, and the stock function decides what is right.
+# The closing substitutions: spaces and dots with patterns rewritten to start with their literal prefix, and
+# the space after an opening bracket only where extract._may_match finds one. Each spelling here needs one of
+# them, or none, and the stock function decides what is right.
 SPACING_SPELLINGS = [
     "Nothing to tidy here, at all.",
     "two  spaces and three   spaces",

@@ -568,10 +568,13 @@ _NOINCLUDE_CLOSE_RE = re.compile(r'<\s*/\s*noinclude\s*>', re.IGNORECASE)
 _SPACE_BEFORE_RE = re.compile(r' ([,:.\)\]»])')
 _SPACE_AFTER_RE = re.compile(r'([\[\(«]) ')
 _PUNCTUATION_LINE_RE = re.compile(r'\n\W+?\n', flags=re.U)
-# Every string each of the two patterns above can match: a space then one of its characters, or one of its
-# characters then a space (each pattern is exactly such a two-character string, nothing optional).
-_SPACE_BEFORE_PAIRS = tuple(' ' + c for c in ',:.)]»')
+# Every string _SPACE_AFTER_RE can match: one of its characters then a space (nothing optional).
 _SPACE_AFTER_PAIRS = tuple(c + ' ' for c in '[(«')
+# wx.spaces (' {2,}') and wx.dots ('\.{4,}') written to start with their whole literal prefix: the same
+# matches, but re finds them by searching for that prefix instead of trying a match at every space or dot.
+STOCK_SPACES, STOCK_DOTS = ' {2,}', r'\.{4,}'
+_SPACES_RE = re.compile('  +')
+_DOTS_RE = re.compile(r'\.\.\.\.+')
 
 
 def _may_match(text: str, pairs: tuple[str, ...]) -> bool:
@@ -595,7 +598,8 @@ def _stock_clean_is_ours() -> bool:
         source = inspect.getsource(wx.clean)
     except (OSError, TypeError):
         return False
-    return hashlib.sha256(source.encode()).hexdigest() == STOCK_CLEAN_SHA256
+    return hashlib.sha256(source.encode()).hexdigest() == STOCK_CLEAN_SHA256 and \
+        (wx.spaces.pattern, wx.dots.pattern) == (STOCK_SPACES, STOCK_DOTS)
 
 
 def clean(extractor, text, expand_templates=False, html_safe=True):
@@ -665,15 +669,10 @@ def clean(extractor, text, expand_templates=False, html_safe=True):
             index += 1
     text = text.replace('<<', u'«').replace('>>', u'»')
     text = text.replace('\t', ' ')
-    # Each of these four runs only where it can match: a whole-page regex scan that finds nothing still
-    # costs a step per character, a substring test a fraction of that.
-    if '  ' in text:  # wx.spaces is ' {2,}'
-        text = wx.spaces.sub(' ', text)
-    if '....' in text:  # wx.dots is '\.{4,}'
-        text = wx.dots.sub('...', text)
-    if _may_match(text, _SPACE_BEFORE_PAIRS):
-        text = _SPACE_BEFORE_RE.sub(r'\1', text)
-    if _may_match(text, _SPACE_AFTER_PAIRS):
+    text = _SPACES_RE.sub(' ', text)
+    text = _DOTS_RE.sub('...', text)
+    text = _SPACE_BEFORE_RE.sub(r'\1', text)
+    if _may_match(text, _SPACE_AFTER_PAIRS):  # rare: a scan that finds nothing costs a step per character
         text = _SPACE_AFTER_RE.sub(r'\1', text)
     text = _PUNCTUATION_LINE_RE.sub('\n', text)
     text = text.replace(',,', ',').replace(',.', '.')
