@@ -190,3 +190,58 @@ def test_cleaned_sample_has_under_half_a_percent_residue(sample_lines):
     kept = sum(len(line) for line in cleaned)
     assert 0.97 * prose < kept <= prose
     assert 300_000 <= sum(len(line.encode()) + 1 for line in cleaned) <= 400_000
+
+
+# ---------------------------------------------------------------------------- fix_spacing's shortcut
+
+def spacing_by_every_pattern(line: str) -> str:
+    """fix_spacing as it was before its shortcut: every pattern applied to every line."""
+    line = line.replace("\t", " ")
+    line = C.MULTI_SPACE_RE.sub(" ", line)
+    for pattern in (C.STRAY_PERIOD_RE, C.DOUBLED_PUNCT_RE, C.SPACE_BEFORE_PUNCT_RE, C.SPACE_AFTER_OPEN_RE):
+        line = pattern.sub(r"\1", line)
+    return line.strip()
+
+
+# Every whitespace re's \s takes, and characters near them that it does not (zero-width space, BOM).
+SPACES = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2009\u200a\u2028\u2029\u202f\u205f\u3000\u200b\ufeff"
+SPACING_TRICKS = [
+    "", " ", "plain words only", "end .", "end . ", "a .b", "a ,b", "a , b", "x ;y", "x :y", "wow !", "what ?",
+    "(a )", "[a ]", "( a)", "[ a]", "((  a", "a,,b", "a,;b", "a;:b", "a::b", "a;,b", "a:,b", "a , , b", "a ; : b",
+    "one. . two", "one! .", "one? .x", "one.\u00a0.", "a\u00a0,b", "(\u2009a", "a\u3000.", "a\u200b,b", "tab\t,here",
+    "x\x1c.", "x\x85:", "«a» .", "a . . . b", "1,000,000 and 12:30 and 3;4", "a,b;c:d", ",", " ,", ", ", "( ", "[",
+]
+
+
+@pytest.mark.parametrize("line", SPACING_TRICKS)
+def test_fix_spacing_shortcut_on_tricky_lines(line):
+    assert C.fix_spacing(line) == spacing_by_every_pattern(line)
+
+
+def test_fix_spacing_shortcut_on_random_lines():
+    import random
+
+    rng = random.Random(20261124)
+    alphabet = SPACES + ".!?,;:()[]«»'\"-–" + "abcXYZ019é"
+    for _ in range(6000):
+        line = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 24)))
+        assert C.fix_spacing(line) == spacing_by_every_pattern(line), repr(line)
+    printable = " .!?,;:()[]ab"  # the shortcut's own ground: lines whose only whitespace is " "
+    for _ in range(6000):
+        line = "".join(rng.choice(printable) for _ in range(rng.randrange(0, 16)))
+        assert C.fix_spacing(line) == spacing_by_every_pattern(line), repr(line)
+
+
+def test_fix_spacing_shortcut_on_real_lines(sample_lines):
+    """Every line of the sample dump as it reaches fix_spacing (after the rules before it)."""
+    before = C.RULES[:C.RULES.index(C.fix_spacing)]
+    reached = 0
+    for line in sample_lines:
+        for rule in before:
+            line = rule(line)
+            if not line:
+                break
+        else:
+            assert C.fix_spacing(line) == spacing_by_every_pattern(line), line
+            reached += 1
+    assert reached > 500

@@ -240,6 +240,22 @@ def fix_parentheses(line: str) -> str:
     return line
 
 
+# In a line whose only whitespace is " " (see fix_spacing), what each of its four patterns needs to find:
+# STRAY_PERIOD_RE a space then "."; SPACE_BEFORE_PUNCT_RE a space then one of ",.;:!?)]" (both found by
+# SPACE_THEN_PUNCT_RE, which starts with a literal space: re searches for it instead of trying every
+# position); SPACE_AFTER_OPEN_RE "( " or "[ "; DOUBLED_PUNCT_RE a space then one of ",;:" (SPACE_THEN_PUNCT_RE
+# again) or two of them in a row (",," or, only where a ";" or ":" is, PAIRED_PUNCT_RE).
+SPACE_THEN_PUNCT_RE = re.compile(r" [,.;:!?)\]]")
+PAIRED_PUNCT_RE = re.compile(r"[,;:][,;:]")
+
+
+def _spacing_may_change(line: str) -> bool:
+    """Whether one of fix_spacing's four patterns can match `line`, a line without whitespace but " "."""
+    return (SPACE_THEN_PUNCT_RE.search(line) is not None
+            or ("(" in line and "( " in line) or ("[" in line and "[ " in line)  # one character: memchr
+            or ",," in line or ((";" in line or ":" in line) and PAIRED_PUNCT_RE.search(line) is not None))
+
+
 def fix_spacing(line: str) -> str:
     """One space between words, none before closing punctuation or after an opening
     bracket, no doubled separators, no space at the ends."""
@@ -247,6 +263,12 @@ def fix_spacing(line: str) -> str:
         line = line.replace("\t", " ")
     if "  " in line:  # what MULTI_SPACE_RE needs, once tabs are spaces
         line = MULTI_SPACE_RE.sub(" ", line)
+    # Nine lines in ten need none of the four substitutions below, and each is a regex scan of the whole
+    # line. In a printable line the only character re's \s matches is " " (every other one str.isspace()
+    # knows is a control character or a Unicode separator, which str.isprintable() refuses), and there
+    # _spacing_may_change says whether any of them can match; when none can, the line stays as it is.
+    if line.isprintable() and not _spacing_may_change(line):
+        return line.strip()
     line = STRAY_PERIOD_RE.sub(r"\1", line)
     line = DOUBLED_PUNCT_RE.sub(r"\1", line)
     line = SPACE_BEFORE_PUNCT_RE.sub(r"\1", line)
