@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TAG_INT64 0x1A /* Feature.int64_list = 3, length-delimited */
@@ -348,14 +349,171 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------------------------
+ * TFRecord framing: the compiled twin of `records.read_records`' per-record work.
+ *
+ * split_frames(buffer, check_crc) -> (payloads, end, problem)
+ *
+ * The whole records at the start of `buffer` (bytes-like), each [length u64le][masked CRC32C of the length]
+ * [data][masked CRC32C of the data], checked in read_records' order: the length's CRC once its 12 bytes are
+ * there, then the data's once the record is whole. `payloads` are their data (bytes), `end` the offset where
+ * the first record not taken starts, `problem` 0 (the buffer ends there, maybe inside that record), 1 (that
+ * record's length fails its CRC) or 2 (its data fails its CRC). read_records turns those into its errors and
+ * reads on from `end`; it stays the reference (tests/test_records.py runs both on the same files).
+ */
+
+static uint32_t crc_table[8][256];
+
+static void crc_table_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1; /* CRC-32C (Castagnoli), reflected */
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][n] = (crc_table[t - 1][n] >> 8) ^ crc_table[0][crc_table[t - 1][n] & 0xFF];
+}
+
+/* Slicing-by-8: eight bytes a step, on any platform. */
+static uint32_t crc32c_table(const uint8_t *d, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    while (n && ((uintptr_t)d & 7)) {
+        c = crc_table[0][(c ^ *d++) & 0xFF] ^ (c >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, d, 4);
+        memcpy(&hi, d + 4, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= c;
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+            crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        d += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = crc_table[0][(c ^ *d++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_CRC32C_INSTRUCTION 1
+/* SSE4.2's crc32 instruction computes the same CRC-32C, eight bytes an instruction; used when the CPU has it. */
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(const uint8_t *d, size_t n) {
+    uint64_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, d, 8);
+        c = _mm_crc32_u64(c, v);
+        d += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--)
+        c32 = _mm_crc32_u8(c32, *d++);
+    return c32 ^ 0xFFFFFFFFu;
+}
+#endif
+
+static uint32_t (*crc32c)(const uint8_t *, size_t) = crc32c_table;
+
+static uint32_t masked_crc(const uint8_t *d, size_t n) {
+    uint32_t c = crc32c(d, n);
+    return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
+}
+
+static uint64_t load_u64le(const uint8_t *d) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | d[i];
+    return v;
+}
+
+static uint32_t load_u32le(const uint8_t *d) {
+    return (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
+}
+
+static PyObject *split_frames(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int check_crc;
+    if (!PyArg_ParseTuple(args, "y*p:split_frames", &view, &check_crc))
+        return NULL;
+    const uint8_t *d = view.buf;
+    size_t size = (size_t)view.len, pos = 0;
+    int problem = 0;
+    PyObject *payloads = PyList_New(0), *result = NULL;
+    if (payloads == NULL)
+        goto done;
+    while (size - pos >= 12) {
+        uint64_t length = load_u64le(d + pos);
+        if (check_crc && masked_crc(d + pos, 8) != load_u32le(d + pos + 8)) {
+            problem = 1;
+            break;
+        }
+        if (length > size - pos - 12 || size - pos - 12 - length < 4)
+            break; /* the record goes on past the buffer */
+        const uint8_t *data = d + pos + 12;
+        if (check_crc && masked_crc(data, (size_t)length) != load_u32le(data + length)) {
+            problem = 2;
+            break;
+        }
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)length);
+        if (payload == NULL || PyList_Append(payloads, payload) < 0) {
+            Py_XDECREF(payload);
+            goto done;
+        }
+        Py_DECREF(payload);
+        pos += 16 + (size_t)length;
+    }
+    result = Py_BuildValue("(Oni)", payloads, (Py_ssize_t)pos, problem);
+done:
+    Py_XDECREF(payloads);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *masked_crc32c(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*:masked_crc32c", &view))
+        return NULL;
+    uint32_t c = masked_crc(view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyObject *crc32c_kind(PyObject *self, PyObject *noargs) {
+    return PyUnicode_FromString(crc32c == crc32c_table ? "table" : "sse4.2");
+}
+
 static PyMethodDef methods[] = {
     {"decode_plain", decode_plain, METH_VARARGS,
      "decode_plain(records, names, tags, lengths) -> (count, [(buffer, width), ...]), None (a record not in the "
      "plain form) or NotImplemented (a record not bytes): shardkit.example.decode_batch's per-record work."},
+    {"split_frames", split_frames, METH_VARARGS,
+     "split_frames(buffer, check_crc) -> (payloads, end, problem): the whole TFRecords at the start of buffer, "
+     "checked (see records.read_records); problem 1: a bad length CRC at end, 2: a bad data CRC at end."},
+    {"masked_crc32c", masked_crc32c, METH_VARARGS, "masked_crc32c(data) -> the TFRecord masked CRC32C of data."},
+    {"crc32c_kind", crc32c_kind, METH_NOARGS, "crc32c_kind() -> 'sse4.2' or 'table': how CRC32C is computed here."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_examples",
-                                    "The compiled batch decoder of shardkit.example (see decode_batch).", -1, methods};
+                                    "The compiled batch decoder of shardkit.example (see decode_batch) and TFRecord framing of shardkit.records.", -1, methods};
 
-PyMODINIT_FUNC PyInit__examples(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__examples(void) {
+    crc_table_init();
+#ifdef HAVE_CRC32C_INSTRUCTION
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2") && !getenv("SHARDKIT_CRC32C_TABLE"))
+        crc32c = crc32c_sse42;
+#endif
+    return PyModule_Create(&module);
+}

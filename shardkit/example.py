@@ -18,14 +18,14 @@ from __future__ import annotations
 import struct
 from typing import Iterable, Sequence
 
-from .extensions import python_requested
+from .extensions import SHARDKIT_PURE_PYTHON, python_requested
 
 try:
     from . import _examples as _compiled
 except ImportError:  # not built: no C compiler at install time, or a source tree used without `make setup`
     _compiled = None
 
-PURE_PYTHON_ENV = "SHARDKIT_PURE_PYTHON"
+PURE_PYTHON_ENV = SHARDKIT_PURE_PYTHON
 
 INT64, FLOAT, BYTES = "int64", "float", "bytes"
 

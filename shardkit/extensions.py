@@ -12,3 +12,6 @@ import os
 def python_requested(env: str) -> bool:
     """Whether environment variable `env` asks for the Python paths: any value but empty or "0"."""
     return os.environ.get(env, "") not in ("", "0")
+
+
+SHARDKIT_PURE_PYTHON = "SHARDKIT_PURE_PYTHON"  # shardkit._examples: example.decode_batch's and records.read_records'

@@ -20,6 +20,12 @@ import crc32c as _crc32c
 
 from .atomic import atomic_write_together, start_writeback
 from .errors import PrepError
+from .extensions import SHARDKIT_PURE_PYTHON, python_requested
+
+try:
+    from . import _examples as _compiled
+except ImportError:  # not built: the Python framing below
+    _compiled = None
 
 
 def _mask(crc: int) -> int:
@@ -192,8 +198,21 @@ def write_records(path: str | Path, payloads: Iterable[bytes], index_path: str |
 
 def read_records(path: str | Path, check_crc: bool = True) -> Iterator[bytes]:
     """Yield the payload of every record in `path`, checking framing and CRCs."""
-    path = Path(path)
+    framing = compiled_framing()
+    if framing is not None:
+        return _read_records_compiled(Path(path), check_crc, framing.split_frames)
+    return _read_records(Path(path), check_crc)
+
+
+def compiled_framing():
+    """The extension `_examples`, whose `split_frames` read_records uses, or None: not built, or SHARDKIT_PURE_PYTHON
+    asks for the Python path (`_read_records`, the reference)."""
+    return None if python_requested(SHARDKIT_PURE_PYTHON) else _compiled
+
+
+def _read_records(path: Path, check_crc: bool) -> Iterator[bytes]:
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
         offset = 0
         while True:
             head = f.read(12)
@@ -204,7 +223,9 @@ def read_records(path: str | Path, check_crc: bool = True) -> Iterator[bytes]:
             (length,) = struct.unpack("<Q", head[:8])
             if check_crc and struct.unpack("<I", head[8:])[0] != _masked_crc(head[:8]):
                 raise PrepError(f"{path}: bad length checksum at byte {offset}")
-            data = f.read(length)
+            # At most what the file holds: read() makes its buffer first, and a damaged length (unchecked, or
+            # one whose CRC matches by chance) could ask for exabytes: a MemoryError, not this truncated record.
+            data = f.read(min(length, max(0, size - f.tell())))
             tail = f.read(4)
             if len(data) < length or len(tail) < 4:
                 raise PrepError(f"{path}: truncated record at byte {offset}")
@@ -212,6 +233,38 @@ def read_records(path: str | Path, check_crc: bool = True) -> Iterator[bytes]:
                 raise PrepError(f"{path}: bad data checksum in the record at byte {offset}")
             yield data
             offset += 16 + length
+
+
+_READ_BLOCK = 1 << 20
+
+
+def _read_records_compiled(path: Path, check_crc: bool, split_frames) -> Iterator[bytes]:
+    """`_read_records` with the framing and CRCs of each block's whole records done by `split_frames`: the same
+    payloads and, at the same record, the same error. A record cut by the block's end waits for the next
+    read, which takes at least the rest of it (one long record is read once, not block by block)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        pending, offset = b"", 0  # bytes read but not yet taken, and where in the file they start
+        while True:
+            want = _READ_BLOCK
+            if len(pending) >= 12:  # a whole header, its CRC checked: the record needs this much more
+                want = max(want, 16 + struct.unpack("<Q", pending[:8])[0] - len(pending))
+            block = f.read(max(0, min(want, size - f.tell())))  # never a buffer larger than the file
+            buffer = pending + block if pending else block
+            payloads, end, problem = split_frames(buffer, check_crc)
+            yield from payloads
+            offset += end
+            if problem == 1:
+                raise PrepError(f"{path}: bad length checksum at byte {offset}")
+            if problem == 2:
+                raise PrepError(f"{path}: bad data checksum in the record at byte {offset}")
+            pending = buffer[end:]
+            if not block:  # the end of the file: what is left is a record cut short
+                if not pending:
+                    return
+                if len(pending) < 12:
+                    raise PrepError(f"{path}: truncated record header at byte {offset}")
+                raise PrepError(f"{path}: truncated record at byte {offset}")
 
 
 def record_offsets(path: str | Path) -> list[tuple[int, int]]:
