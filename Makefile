@@ -46,7 +46,7 @@ setup: $(STAMP)
 # The editable install also builds the optional C extensions wikiprep/_speedups*.so and shardkit/_examples*.so
 # in place (setup.py), again whenever their source changes; without a C compiler they are skipped and the Python
 # paths run.
-$(STAMP): pyproject.toml setup.py wikiprep/_speedups.c shardkit/_examples.c
+$(STAMP): pyproject.toml setup.py wikiprep/_speedups.c shardkit/_examples.c shardkit/crc32c.h
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

@@ -8,5 +8,7 @@ likewise gives the same arrays in Python.
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("wikiprep._speedups", ["wikiprep/_speedups.c"], optional=True),
-                   Extension("shardkit._examples", ["shardkit/_examples.c"], optional=True)])
+# Both include shardkit/crc32c.h (the CRC of the TFRecord framing); `depends` rebuilds them when it changes.
+_CRC32C = ["shardkit/crc32c.h"]
+setup(ext_modules=[Extension("wikiprep._speedups", ["wikiprep/_speedups.c"], depends=_CRC32C, optional=True),
+                   Extension("shardkit._examples", ["shardkit/_examples.c"], depends=_CRC32C, optional=True)])

@@ -362,73 +362,7 @@ done:
  * reads on from `end`; it stays the reference (tests/test_records.py runs both on the same files).
  */
 
-static uint32_t crc_table[8][256];
-
-static void crc_table_init(void) {
-    for (uint32_t n = 0; n < 256; n++) {
-        uint32_t c = n;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1; /* CRC-32C (Castagnoli), reflected */
-        crc_table[0][n] = c;
-    }
-    for (uint32_t n = 0; n < 256; n++)
-        for (int t = 1; t < 8; t++)
-            crc_table[t][n] = (crc_table[t - 1][n] >> 8) ^ crc_table[0][crc_table[t - 1][n] & 0xFF];
-}
-
-/* Slicing-by-8: eight bytes a step, on any platform. */
-static uint32_t crc32c_table(const uint8_t *d, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
-    while (n && ((uintptr_t)d & 7)) {
-        c = crc_table[0][(c ^ *d++) & 0xFF] ^ (c >> 8);
-        n--;
-    }
-    while (n >= 8) {
-        uint32_t lo, hi;
-        memcpy(&lo, d, 4);
-        memcpy(&hi, d + 4, 4);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-        lo = __builtin_bswap32(lo);
-        hi = __builtin_bswap32(hi);
-#endif
-        lo ^= c;
-        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
-            crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
-            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
-        d += 8;
-        n -= 8;
-    }
-    while (n--)
-        c = crc_table[0][(c ^ *d++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <nmmintrin.h>
-#define HAVE_CRC32C_INSTRUCTION 1
-/* SSE4.2's crc32 instruction computes the same CRC-32C, eight bytes an instruction; used when the CPU has it. */
-__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(const uint8_t *d, size_t n) {
-    uint64_t c = 0xFFFFFFFFu;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, d, 8);
-        c = _mm_crc32_u64(c, v);
-        d += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--)
-        c32 = _mm_crc32_u8(c32, *d++);
-    return c32 ^ 0xFFFFFFFFu;
-}
-#endif
-
-static uint32_t (*crc32c)(const uint8_t *, size_t) = crc32c_table;
-
-static uint32_t masked_crc(const uint8_t *d, size_t n) {
-    uint32_t c = crc32c(d, n);
-    return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
-}
+#include "crc32c.h" /* crc32c_best, crc32c_software, masked_crc: shared with wikiprep/_speedups.c */
 
 static uint64_t load_u64le(const uint8_t *d) {
     uint64_t v = 0;
@@ -490,7 +424,7 @@ static PyObject *masked_crc32c(PyObject *self, PyObject *args) {
 }
 
 static PyObject *crc32c_kind(PyObject *self, PyObject *noargs) {
-    return PyUnicode_FromString(crc32c == crc32c_table ? "table" : "sse4.2");
+    return PyUnicode_FromString(crc32c_best == crc32c_software ? "table" : "sse4.2");
 }
 
 static PyMethodDef methods[] = {
@@ -509,11 +443,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_examples",
                                     "The compiled batch decoder of shardkit.example (see decode_batch) and TFRecord framing of shardkit.records.", -1, methods};
 
 PyMODINIT_FUNC PyInit__examples(void) {
-    crc_table_init();
-#ifdef HAVE_CRC32C_INSTRUCTION
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2") && !getenv("SHARDKIT_CRC32C_TABLE"))
-        crc32c = crc32c_sse42;
-#endif
+    crc32c_init();
     return PyModule_Create(&module);
 }

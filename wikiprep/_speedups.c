@@ -128,66 +128,9 @@ static PyObject *mt_to_tuple(const MT *s) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * CRC-32C: SSE 4.2's instruction where the CPU has it, else slicing by 8 (little-endian) or bytes */
+ * CRC-32C and TFRecord's masked CRC (crc32c_best, crc32c_software, masked_crc): shared with shardkit/_examples.c */
 
-static uint32_t crc_table[8][256];
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ 0x82F63B78U : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int k = 1; k < 8; k++)
-            crc_table[k][i] = (crc_table[k - 1][i] >> 8) ^ crc_table[0][crc_table[k - 1][i] & 0xff];
-}
-
-static uint32_t crc32c_software(const unsigned char *p, size_t n) {
-    uint32_t c = 0xffffffffU;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        w ^= c;
-        c = crc_table[7][w & 0xff] ^ crc_table[6][(w >> 8) & 0xff] ^ crc_table[5][(w >> 16) & 0xff] ^
-            crc_table[4][(w >> 24) & 0xff] ^ crc_table[3][(w >> 32) & 0xff] ^ crc_table[2][(w >> 40) & 0xff] ^
-            crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
-        p += 8;
-        n -= 8;
-    }
-#endif
-    while (n--)
-        c = crc_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return ~c;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_CRC_INSTRUCTION 1
-__attribute__((target("sse4.2"))) static uint32_t crc32c_instruction(const unsigned char *p, size_t n) {
-    uint64_t c = 0xffffffffU;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = __builtin_ia32_crc32di(c, w);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--)
-        c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return ~c32;
-}
-#endif
-
-static uint32_t (*crc32c_best)(const unsigned char *, size_t) = crc32c_software;
-
-/* TFRecord's masked CRC */
-static inline uint32_t masked_crc(const unsigned char *p, size_t n) {
-    uint32_t c = crc32c_best(p, n);
-    return ((c >> 15) | (c << 17)) + 0xa282ead8U;
-}
+#include "../shardkit/crc32c.h"
 
 /* ------------------------------------------------------------------------------------------------
  * A growable byte buffer, and protobuf varints */
@@ -1238,7 +1181,8 @@ static PyObject *crc32c(PyObject *Py_UNUSED(module), PyObject *args) {
 }
 
 PyDoc_STRVAR(crc32c_doc, "crc32c(data, software=False) -> int\n\n"
-                         "CRC-32C of data (the CPU's instruction when it has one, unless `software`).");
+                         "CRC-32C of data (the CPU's instruction when it has one, unless `software` or\n"
+                         "SHARDKIT_CRC32C_TABLE is set).");
 
 /* ------------------------------------------------------------------------------------------------
  * LineTokenizer */
@@ -1718,12 +1662,7 @@ static struct PyModuleDef module_def = {
     module_methods};
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    crc_init();
-#ifdef HAVE_CRC_INSTRUCTION
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2"))
-        crc32c_best = crc32c_instruction;
-#endif
+    crc32c_init();
     str_strip = PyUnicode_InternFromString("strip");
     str_translate = PyUnicode_InternFromString("translate");
     if (str_strip == NULL || str_translate == NULL)
