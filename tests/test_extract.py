@@ -481,13 +481,18 @@ TAG_SPELLINGS = [
 ]
 
 
-@pytest.mark.parametrize("text", TAG_SPELLINGS)
-def test_fast_clean_on_tags_in_every_spelling(text):
+def assert_extracted_as_stock(text: str, title: str) -> None:
+    """One page holding `text`: extract_page (extract.clean) gives the stock function's paragraphs."""
     from wikiprep import extract
 
-    page = extract.Page(id=7, ns=0, title="Tags", revid="1", redirect=False, text=text)
+    page = extract.Page(id=7, ns=0, title=title, revid="1", redirect=False, text=text)
     siteinfo, pinned = extract.SiteInfo(urlbase="https://en.wikipedia.org/wiki"), clock_magic_words(DATE)
     assert extract.extract_page(page, siteinfo, pinned) == stock_paragraphs(page, siteinfo, pinned)
+
+
+@pytest.mark.parametrize("text", TAG_SPELLINGS)
+def test_fast_clean_on_tags_in_every_spelling(text):
+    assert_extracted_as_stock(text, "Tags")
 
 
 # The closing substitutions: spaces and dots with patterns rewritten to start with their literal prefix, and
@@ -507,8 +512,4 @@ SPACING_SPELLINGS = [
 
 @pytest.mark.parametrize("text", SPACING_SPELLINGS)
 def test_fast_clean_on_spacing(text):
-    from wikiprep import extract
-
-    page = extract.Page(id=8, ns=0, title="Spacing", revid="1", redirect=False, text=text)
-    siteinfo, pinned = extract.SiteInfo(urlbase="https://en.wikipedia.org/wiki"), clock_magic_words(DATE)
-    assert extract.extract_page(page, siteinfo, pinned) == stock_paragraphs(page, siteinfo, pinned)
+    assert_extracted_as_stock(text, "Spacing")
