@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from nltk.tokenize.punkt import PunktLanguageVars
+from nltk.tokenize.punkt import PunktLanguageVars, PunktToken
 
 from wikiprep import punkt_training, sentences
+from wikiprep.punkt_regex import PlainRegexLanguageVars, PlainRegexToken
 
 REAL_PART = Path("/work/main/benchmarks/work/ours/enwiki-20260101/extracted")
 
@@ -21,12 +22,14 @@ def model(params):
             "sent_starters": sorted(params.sent_starters), "ortho_context": sorted(params.ortho_context.items())}
 
 
-def nltk_model(text, lang_vars_cls=sentences.PlainRegexLanguageVars):
-    return model(punkt_training.nltk_parameters(text, lang_vars_cls(), sentences.PlainRegexToken))
+def nltk_model(text, lang_vars_cls=PunktLanguageVars):
+    """The reference: nltk's own trainer, with its own patterns, tokens and `regex` engine."""
+    return model(punkt_training.nltk_parameters(text, lang_vars_cls(), PunktToken))
 
 
-def bulk_model(text, lang_vars_cls=sentences.PlainRegexLanguageVars):
-    return model(punkt_training.train_parameters(text, lang_vars_cls(), sentences.PlainRegexToken))
+def bulk_model(text, lang_vars_cls=PlainRegexLanguageVars):
+    """What train_punkt computes."""
+    return model(punkt_training.train_parameters(text, lang_vars_cls(), PlainRegexToken))
 
 
 def tricky_text(seed: int, sentences_count: int = 1500) -> str:
@@ -35,8 +38,11 @@ def tricky_text(seed: int, sentences_count: int = 1500) -> str:
     rng = random.Random(seed)
     names = ["Smith", "Jones", "Müller", "Øster", "İnce", "Straße", "Σωκράτης", "Иванов", "東京", "O'Neil"]
     words = ["the", "mill", "grew", "river", "and", "of", "a", "near", "north", "café", "naïve", "über", "years",
-             "ran", "Berlin", "Paris", "was", "built", "in", "by", "Ärger", "ﬁne", "x²", "co-op", "A&B", "#5"]
-    starters = ["The", "It", "He", "She", "In", "This", "After", "however", "and", "Later", "¿Qué", "“Why"]
+             "ran", "Berlin", "Paris", "was", "built", "in", "by", "Ärger", "ﬁne", "x²", "co-op", "A&B", "#5",
+             "e\u0301", "CO₂", "\U00011f50", "a\x1cb"]
+    starters = ["The", "It", "He", "She", "In", "This", "After", "however", "and", "Later", "¿Qué", "“Why",
+                # letters to one of `re` and nltk's `regex` engine only (punkt_regex)
+                "X²", "Ле\u0301то", "A‿b", "\U00011f04"]
     pieces = [
         lambda: f"Dr. {rng.choice(names)}", lambda: f"Mr. {rng.choice(names)}", lambda: "e.g. apples",
         lambda: "i.e. pears", lambda: "U.S. officials", lambda: "etc., and", lambda: "J. R. R. Tolkien",
@@ -82,24 +88,30 @@ def test_bulk_training_equals_nltk_on_tricky_text(seed):
 
 def test_bulk_training_equals_nltk_with_other_sentence_ends():
     """A language with other sentence-ending characters tokenizes with its own regex, and still agrees."""
-    class SemicolonEnds(sentences.PlainRegexLanguageVars):
+    class SemicolonEnds(PlainRegexLanguageVars):
+        sent_end_chars = (".", "?", "!", ";")
+
+    class StockSemicolonEnds(PunktLanguageVars):
         sent_end_chars = (".", "?", "!", ";")
 
     text = tricky_text(4, 400).replace(" and ", "; Zebra ")
     ours = bulk_model(text, SemicolonEnds)
-    assert ours == nltk_model(text, SemicolonEnds)
+    assert ours == nltk_model(text, StockSemicolonEnds)
     assert dict(ours["ortho_context"])["zebra"] != dict(bulk_model(text)["ortho_context"])["zebra"]
 
 
 def test_fast_word_regex_finds_nltks_words():
     """`word_finder`'s regex against nltk's on random lines of the characters its proof is about."""
-    lang_vars = sentences.PlainRegexLanguageVars()
-    nltk_words, fast_words = lang_vars._word_tokenizer_re().findall, punkt_training.word_finder(lang_vars)
+    lang_vars = PlainRegexLanguageVars()
+    nltk_words, fast_words = PunktLanguageVars()._word_tokenizer_re().findall, punkt_training.word_finder(lang_vars)
     rng = random.Random(15)
-    alphabets = ["a. ,-", "a.,-( ?'", "aZé9_ .,-'\"()[]{}:;&#*@?!`/$%\t‘’“”«»\xa0\u0301²一…\x1f\r\u2028٠"]
+    alphabets = ["a. ,-", "a.,-( ?'", "aZé9_ .,-'\"()[]{}:;&#*@?!`/$%\t‘’“”«»\xa0\u0301²一…\x1f\r\u2028٠",
+                 "a. ,-\x1c\x1d\x1e\x1f\x85\u3000\u200d‿\U00011f50"]
     lines = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
              for alphabet in alphabets for _ in range(15000)]
-    assert [fast_words(line) for line in lines] == [nltk_words(line) for line in lines]
+    expected = [nltk_words(line) for line in lines]
+    assert [fast_words(line) for line in lines] == expected
+    assert [lang_vars._word_tokenizer_re().findall(line) for line in lines] == expected
     assert fast_words is not lang_vars._word_tokenizer_re().findall  # the fast one is the one tested
     stock = PunktLanguageVars()  # nltk's own regex, run by `regex`, and its own tokenizer
     assert [punkt_training.word_finder(stock)(line) for line in lines[-2000:]] == \

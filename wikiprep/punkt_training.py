@@ -27,6 +27,8 @@ import numpy as np
 from nltk.probability import FreqDist
 from nltk.tokenize.punkt import (_ORTHO_MAP, PunktLanguageVars, PunktParameters, PunktToken, PunktTrainer)
 
+from .punkt_regex import nltk_spaces
+
 # The orthographic position of a word in `PunktTrainer._get_orthography_data`, as small ints for numpy.
 _INTERNAL, _INITIAL, _UNKNOWN = 0, 1, 2
 _CONTEXTS = {_INTERNAL: "internal", _INITIAL: "initial", _UNKNOWN: "unknown"}
@@ -49,14 +51,16 @@ def nltk_parameters(text: str, lang_vars: PunktLanguageVars | None = None,
 # each step trying the five alternatives of End (whitespace, end, a non-word character, multi-character
 # punctuation, a word-final comma); with the rest done in bulk, that is most of training's time (0.26 of 0.45 s
 # on 2 MB). `_FAST_WORDS_FMT` finds the same words in 0.15 s:
-# - a first alternative takes a run of word characters (\w: letters, digits, "_") followed by whitespace or the
-#   end. nltk takes the same word there: \w is none of MultiChar's first characters ("-", "."), passes
-#   WordStart (all punctuation), and End fails before every \w character (End looks at that character: not
-#   whitespace, not a non-word character, "-", "." or ","; `$` fails since lines hold no newline), then holds;
+# - a first alternative takes a run of word characters (`re`'s \w: letters, digits, "_"; none is whitespace to
+#   either engine) followed by whitespace or the end. nltk takes the same word there: \w is none of MultiChar's
+#   first characters ("-", "."), passes WordStart (all punctuation), and End fails before every \w character
+#   (End looks at that character: not whitespace, not a non-word character, "-", "." or ","; `$` fails since
+#   lines hold no newline), then holds;
 # - otherwise nltk's three alternatives follow in nltk's order, the lazy `\S+?(?=End)` written as the greedy
 #   `\S(?:(?!End)\S)*`, which stops at the same first position where End holds (at whitespace or the end it
 #   does), with runs of \w taken at once for the same reason as above.
-# A test compares the two on random lines of the characters that matter.
+# Each \s and \S of both is then written as nltk's engine reads it (`nltk_spaces`). A test compares the two on
+# random lines of the characters that matter.
 _FAST_WORDS_FMT = r"""(
         \w++(?!\S)
         |
@@ -71,17 +75,17 @@ _END_FMT = r"\s|$|%(NonWord)s|%(MultiChar)s|,(?=$|\s|%(NonWord)s|%(MultiChar)s)"
 
 def word_finder(lang_vars: PunktLanguageVars) -> Callable[[str], list[str]]:
     """`lang_vars.word_tokenize` as a function of one line: the faster, same regex when `lang_vars` runs nltk's
-    pattern with `re` (as `sentences.PlainRegexLanguageVars` does), else `lang_vars`' own regex. (Not for nltk's
-    `regex` engine: its whitespace and word characters differ, e.g. U+001C-U+001F are not whitespace there.)"""
+    pattern with `re` as `punkt_regex.PlainRegexLanguageVars` does (whitespace as nltk's engine reads it), else
+    `lang_vars`' own regex."""
     own = lang_vars._word_tokenizer_re()
     nltk_vars = PunktLanguageVars()
     parts = {"NonWord": nltk_vars._re_non_word_chars, "MultiChar": nltk_vars._re_multi_char_punct,
              "WordStart": nltk_vars._re_word_start}
-    if not isinstance(own, re.Pattern) or own.pattern != nltk_vars._word_tokenize_fmt % parts or \
+    if not isinstance(own, re.Pattern) or own.pattern != nltk_spaces(nltk_vars._word_tokenize_fmt % parts) or \
             (own.flags & ~re.UNICODE) != re.VERBOSE:
         return own.findall
     parts["End"] = _END_FMT % parts
-    return re.compile(_FAST_WORDS_FMT % parts, re.UNICODE | re.VERBOSE).findall
+    return re.compile(nltk_spaces(_FAST_WORDS_FMT % parts), re.UNICODE | re.VERBOSE).findall
 
 
 def _words(text: str, lang_vars: PunktLanguageVars) -> tuple[list[str], list[int], list[int]]:

@@ -23,8 +23,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
-from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktLanguageVars,
-                                 PunktParameters, PunktSentenceTokenizer, PunktToken)
+from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktParameters,
+                                 PunktSentenceTokenizer)
 
 from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
@@ -32,75 +32,14 @@ from shardkit.progress import Progress, Stage, throttle
 
 from .clean import clean_document
 from .extract import check_parts
+from .punkt_regex import SPACE, PlainRegexLanguageVars, PlainRegexToken, nltk_spaces
 from .punkt_training import train_parameters
 
 log = logging.getLogger(__name__)
 
 
-# nltk >= 3.9.3 runs every Punkt regex through `nltk.redos`: the `regex` engine with a timeout
-# checked on each call, which halves the speed of splitting and training (profiled: ~50 us per
-# candidate sentence end, most of it in those wrappers). These two classes compile nltk's own
-# patterns, unchanged, with `re`; Punkt takes them through its public `lang_vars` and
-# `token_cls` arguments. The sentences and the trained model are identical (tested); the
-# patterns are the linear ones of nltk's ReDoS fix, not the backtracking pre-3.8.2 ones. Identical
-# on text the two engines class alike: `re`'s \w takes superscript digits and `regex`'s combining
-# marks, `re`'s \s takes U+001C-U+001F (README, "Measured speed").
-
-class PlainRegexLanguageVars(PunktLanguageVars):
-    re_boundary_realignment = re.compile(PunktLanguageVars.re_boundary_realignment.pattern, re.MULTILINE)
-
-    def _word_tokenizer_re(self):
-        if not hasattr(self, "_plain_word_tokenizer"):
-            self._plain_word_tokenizer = re.compile(
-                self._word_tokenize_fmt % {"NonWord": self._re_non_word_chars, "MultiChar": self._re_multi_char_punct,
-                                           "WordStart": self._re_word_start}, re.UNICODE | re.VERBOSE)
-        return self._plain_word_tokenizer
-
-    def period_context_re(self):
-        if not hasattr(self, "_plain_period_context"):
-            self._plain_period_context = re.compile(
-                self._period_context_fmt % {"NonWord": self._re_non_word_chars,
-                                            "SentEndChars": self._re_sent_end_chars}, re.UNICODE | re.VERBOSE)
-        return self._plain_period_context
-
-
-_NON_PUNCT_RE = re.compile(r"[^\W\d]")
-_WHITESPACE = re.compile(r"\s")
-
-
-class PlainRegexToken(PunktToken):
-    """PunktToken with nltk's regexes compiled by `re`, made the cheap way: Punkt makes one per word (341,000 to
-    train on 2 M characters), and nltk's __init__ sets each property with setattr() in a loop and computes the
-    type (lowercased, numbers replaced) anew for every occurrence of a word. Here the properties are assigned
-    directly and each word's type is looked up once (a pure function of the word; the table is bounded).
-    Attributes, values and types are nltk's own."""
-
-    __slots__ = ()
-    _RE_ELLIPSIS = re.compile(PunktToken._RE_ELLIPSIS.pattern)
-    _RE_NUMERIC = re.compile(PunktToken._RE_NUMERIC.pattern)
-    _RE_INITIAL = re.compile(PunktToken._RE_INITIAL.pattern)
-    _RE_ALPHA = re.compile(PunktToken._RE_ALPHA.pattern)
-    MAX_TYPES = 200_000
-    _types: dict[str, str] = {}
-
-    def __init__(self, tok, parastart=None, linestart=None, **params):  # nltk passes these two, by name
-        self.tok = tok
-        kind = self._types.get(tok)
-        if kind is None:
-            if len(self._types) >= self.MAX_TYPES:
-                self._types.clear()
-            kind = self._types[tok] = self._get_type(tok)
-        self.type = kind
-        self.period_final = tok.endswith(".")
-        self.parastart, self.linestart = parastart, linestart
-        self.sentbreak = self.abbr = self.ellipsis = None
-        if params:
-            for key, value in params.items():
-                setattr(self, key, value)
-
-    @property
-    def is_non_punct(self):
-        return _NON_PUNCT_RE.search(self.type)
+# Whitespace as nltk's patterns mean it (not U+001C-U+001F, which `re`'s \s takes: punkt_regex).
+_WHITESPACE = re.compile(SPACE)
 
 
 class PunktSplitter(PunktSentenceTokenizer):
@@ -134,8 +73,8 @@ class PunktSplitter(PunktSentenceTokenizer):
         # lookahead, and finditer tries every position, so in a text without the other end
         # characters ("?", "!"), which is most paragraphs of prose, both find the same matches.
         lang_vars = self._lang_vars
-        self._period_only_context = re.compile(
-            lang_vars._period_context_fmt % {"NonWord": lang_vars._re_non_word_chars, "SentEndChars": r"\."},
+        self._period_only_context = re.compile(nltk_spaces(
+            lang_vars._period_context_fmt % {"NonWord": lang_vars._re_non_word_chars, "SentEndChars": r"\."}),
             re.UNICODE | re.VERBOSE)
         self._other_end_chars = [c for c in lang_vars.sent_end_chars if c != "."]
         self._realignment = self._lang_vars.re_boundary_realignment
