@@ -102,10 +102,14 @@ class PlainRegexLanguageVars(PunktLanguageVars):
 
     def period_context_re(self):
         if not hasattr(self, "_plain_period_context"):
-            self._plain_period_context = re.compile(nltk_spaces(
-                self._period_context_fmt % {"NonWord": self._re_non_word_chars,
-                                            "SentEndChars": self._re_sent_end_chars}), re.UNICODE | re.VERBOSE)
+            self._plain_period_context = self.period_context_of(self._re_sent_end_chars)
         return self._plain_period_context
+
+    def period_context_of(self, sent_end_chars: str) -> re.Pattern:
+        """nltk's pattern for a candidate sentence end and what follows it, ending in `sent_end_chars` (a regex)."""
+        return re.compile(nltk_spaces(self._period_context_fmt % {"NonWord": self._re_non_word_chars,
+                                                                  "SentEndChars": sent_end_chars}),
+                          re.UNICODE | re.VERBOSE)
 
 
 def _nltk_compiled(pattern) -> regex.Pattern:

@@ -32,7 +32,7 @@ from shardkit.progress import Progress, Stage, throttle
 
 from .clean import clean_document
 from .extract import check_parts
-from .punkt_regex import SPACE, PlainRegexLanguageVars, PlainRegexToken, nltk_spaces
+from .punkt_regex import SPACE, PlainRegexLanguageVars, PlainRegexToken
 from .punkt_training import train_parameters
 
 log = logging.getLogger(__name__)
@@ -72,11 +72,8 @@ class PunktSplitter(PunktSentenceTokenizer):
         # faster than a character class. A match of the pattern is one end character and a
         # lookahead, and finditer tries every position, so in a text without the other end
         # characters ("?", "!"), which is most paragraphs of prose, both find the same matches.
-        lang_vars = self._lang_vars
-        self._period_only_context = re.compile(nltk_spaces(
-            lang_vars._period_context_fmt % {"NonWord": lang_vars._re_non_word_chars, "SentEndChars": r"\."}),
-            re.UNICODE | re.VERBOSE)
-        self._other_end_chars = [c for c in lang_vars.sent_end_chars if c != "."]
+        self._period_only_context = self._lang_vars.period_context_of(r"\.")
+        self._other_end_chars = [c for c in self._lang_vars.sent_end_chars if c != "."]
         self._realignment = self._lang_vars.re_boundary_realignment
 
     def tokenize(self, text: str, realign_boundaries: bool = True) -> list[str]:
