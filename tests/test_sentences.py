@@ -271,15 +271,17 @@ def assert_same_sentences(params, texts):
     small.MAX_ENTRIES = 3  # its tables emptied again and again
     # nltk's machinery on punkt_regex's patterns, as train_punkt's trainer uses them
     plain = PunktSentenceTokenizer(params, lang_vars=PlainRegexLanguageVars(), token_cls=PlainRegexToken)
+    sentences_seen = 0
     for text in texts:
         expected = stock.tokenize(text)
+        sentences_seen += len(expected)
         assert plain.tokenize(text) == expected, text
         assert fast.tokenize(text) == expected, text
         assert small.tokenize(text) == expected, text
         assert list(fast.span_tokenize(text)) == list(stock.span_tokenize(text)), text
         assert fast.tokenize(text, realign_boundaries=False) == stock.tokenize(text, realign_boundaries=False)
         assert fast.text_contains_sentbreak(text) == stock.text_contains_sentbreak(text), text
-    return sum(len(stock.tokenize(t)) for t in texts)
+    return sentences_seen
 
 
 def test_splitter_equals_stock_punkt_on_tricky_text():
