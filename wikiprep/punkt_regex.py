@@ -7,8 +7,8 @@ patterns through its public `lang_vars` and `token_cls` arguments; these give it
 meaning the same thing:
 
 - The patterns run over whole texts (words, sentence-end contexts, realignment) use no \\w or \\d,
-  only \\s and \\S. They are compiled with `re`, faster than `regex` on them (0.47 against 0.56 CPU-s
-  to split an 8 MB part), with each \\s and \\S written as `regex` reads it: `re` takes Python's
+  only \\s and \\S. They are compiled with `re`, faster than `regex` on them (profiled on a part of
+  the benchmark's dump), with each \\s and \\S written as `regex` reads it: `re` takes Python's
   str.isspace(), which counts the information separators U+001C-U+001F as whitespace, while `regex`
   takes Unicode's White_Space property, which does not (`nltk_spaces`).
 - The token patterns ([^\\W\\d] for letters, numbers, initials) run once per distinct word, so they
