@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from testkit.synthetic_dump import write_synthetic_dump
-from wikiprep.clean import clean_text, markup_residue
-from wikiprep.extract import extract_part
-from wikiprep.samples import write_sample_dump
+from wikiprep.wikipedia.clean import clean_text, markup_residue
+from wikiprep.wikipedia.extract import extract_part
+from wikiprep.wikipedia.samples import write_sample_dump
 
 
 def main() -> None:

@@ -163,9 +163,10 @@ def run_stages(parts: list[Path], work: Path, vocab: Path, wiki: str, date: str)
     """Each stage alone over its own real input from the Luigi run; MB/s of that input, per core."""
     from tokenizers import BertWordPieceTokenizer
 
-    from wikiprep import extract, instances, sentences
+    from wikiprep import instances, sentences
+    from wikiprep.wikipedia import extract
     from wikiprep.options import GenerationOptions
-    from wikiprep.extract import PartReader
+    from wikiprep.wikipedia.extract import PartReader
 
     data = work / "ours" / f"{wiki}-{date}"
     tmp = work / "stages"
@@ -236,7 +237,7 @@ def main() -> None:
         sys.exit(f"no vocabulary at {args.vocab}: pass --vocab (a BERT vocab.txt)")
 
     from testkit.synthetic_dump import write_synthetic_dump
-    from wikiprep import download
+    from wikiprep.wikipedia import dump as download
 
     if args.dump_dir:
         folder = args.dump_dir.resolve()

@@ -104,7 +104,8 @@ def pinned(cmd: list[str]) -> list[str]:
 def run_stages(dump: Path, work: Path, vocab: Path, num_shards: int, hash_mb: float) -> dict:
     """Every stage of the chain in turn over its real input; seconds and bytes of each (one core)."""
     from shardkit.atomic import sha256_file
-    from wikiprep import dataset, extract, sentences
+    from wikiprep import dataset, sentences
+    from wikiprep.wikipedia import extract
     from wikiprep.options import GenerationOptions
     from wikiprep.verify import verify
 

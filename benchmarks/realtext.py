@@ -217,7 +217,7 @@ def deb_sources(deb: Path) -> dict[str, str]:
 
 def build_pages(sources: dict[str, str]) -> list[dict]:
     """One article per documentation page with prose, in path order, ids rising as in a dump."""
-    from wikiprep.samples import CONTRIBUTORS
+    from wikiprep.wikipedia.samples import CONTRIBUTORS
 
     pages, titles = [], set()
     for n, (path, source) in enumerate(sorted(sources.items())):
@@ -239,7 +239,7 @@ def build_pages(sources: dict[str, str]) -> list[dict]:
 def write_python_docs_dump(site_root: Path, cache: Path, wiki: str = "enwiki", date: str = DATE) -> dict:
     """Write the dump under `site_root/{wiki}/{date}`; return what it holds and where it came from."""
     from shardkit.atomic import write_bytes
-    from wikiprep.samples import page_xml, part_names, siteinfo_xml, write_dump_status
+    from wikiprep.wikipedia.samples import page_xml, part_names, siteinfo_xml, write_dump_status
 
     deb = fetch_package(cache)
     pages = build_pages(deb_sources(deb))

@@ -1,7 +1,7 @@
 """A synthetic Wikipedia dump of any size, for tests and benchmarks (never the data path).
 
 `write_synthetic_dump(site_root, xml_mb=...)` writes a dated dump in the dumps-site layout with
-the grammar and markup of the embedded sample (`wikiprep.samples`), only with as many articles
+the grammar and markup of the embedded sample (`wikiprep.wikipedia.samples`), only with as many articles
 as the size asks for, and around them the redirects, disambiguation pages and categories a real
 dump has. Without a real dump offline, the benchmarks' Wikipedia figures are measured on it, and
 the tests of multistream slicing use it for a dump of many bz2 streams. Deterministic: the same
@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 
 from shardkit.atomic import write_bytes
-from wikiprep.samples import (ARTICLES, FIRST_NAMES, SEED, TOPICS, Writer, article_text, dump_day, page_xml, plural,
+from wikiprep.wikipedia.samples import (ARTICLES, FIRST_NAMES, SEED, TOPICS, Writer, article_text, dump_day, page_xml, plural,
                               siteinfo_xml, stamp_revision, write_dump_status)
 
 

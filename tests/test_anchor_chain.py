@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from wikiprep.samples import write_sample_dump
+from wikiprep.wikipedia.samples import write_sample_dump
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"

@@ -74,7 +74,7 @@ def _build_world(root: Path) -> None:
     from imagenet_prep import samples as imagenet_samples
     from shardkit.manifest import write_manifest
     from shardkit.records import read_records
-    from wikiprep import samples as wiki_samples
+    from wikiprep.wikipedia import samples as wiki_samples
 
     (root / "vocab.txt").write_text("\n".join(VOCAB_WORDS) + "\n", encoding="utf-8")
     (root / "corpus.txt").write_text(TEXT * 20, encoding="utf-8")

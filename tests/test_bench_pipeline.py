@@ -37,7 +37,7 @@ def test_bench_pipeline_takes_a_downloaded_dump(tmp_path):
     """--dump-dir: any dump folder in the dumps-site layout (here the embedded sample, as dewiki)."""
     if not VOCAB.is_file():
         pytest.skip(f"needs the reference vocabulary at {VOCAB} (../shared is absent)")
-    from wikiprep.samples import write_sample_dump
+    from wikiprep.wikipedia.samples import write_sample_dump
 
     folder = write_sample_dump(tmp_path / "site", wiki="dewiki", date="20250301")
     out = tmp_path / "report.json"

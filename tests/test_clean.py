@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from wikiprep import clean as C
-from wikiprep.clean import clean_document, clean_text, markup_residue
-from wikiprep.extract import extract_part
-from wikiprep.samples import write_sample_dump
+from wikiprep.wikipedia import clean as C
+from wikiprep.wikipedia.clean import clean_document, clean_text, markup_residue
+from wikiprep.wikipedia.extract import extract_part
+from wikiprep.wikipedia.samples import write_sample_dump
 
 
 def test_every_rule_has_its_test():

@@ -1,4 +1,4 @@
-"""wikiprep.download against a real HTTP server on 127.0.0.1 (tests/dumpserver.py) and file:// URLs."""
+"""wikiprep.wikipedia.dump against a real HTTP server on 127.0.0.1 (tests/dumpserver.py) and file:// URLs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from dumpserver import DumpServer
 from wikiprep import __version__
 from shardkit.atomic import read_receipt, receipt_path
-from wikiprep.download import (
+from wikiprep.wikipedia.dump import (
     SMALL_FILE_CAP,
     FileAdapter,
     Part,

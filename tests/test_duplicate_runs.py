@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from dumpserver import DumpServer
-from wikiprep.samples import write_sample_dump
+from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI
 
 REPO = Path(__file__).resolve().parents[1]

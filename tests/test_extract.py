@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import PrepError
-from wikiprep.extract import (MAX_PAGE_CHARS, PartReader, clock_magic_words, extract_part, is_disambiguation)
-from wikiprep.samples import ARTICLES, write_dump_status, write_sample_dump
+from wikiprep.wikipedia.extract import (MAX_PAGE_CHARS, PartReader, clock_magic_words, extract_part, is_disambiguation)
+from wikiprep.wikipedia.samples import ARTICLES, write_dump_status, write_sample_dump
 
 REPO = Path(__file__).resolve().parents[1]
 NS = "{http://www.mediawiki.org/xml/export-0.10/}"
@@ -339,7 +339,7 @@ def test_page_over_the_limit_costs_bounded_memory(sample, tmp_path, caplog):
     assert peak < 2 * MAX_PAGE_CHARS, f"peak {peak} bytes for a page of 64 MiB"
     (giant,) = [p for p in pages if p.too_large]
     assert giant.id == 999_999 and giant.text == "" and giant.title.startswith("TTT")
-    with caplog.at_level("WARNING", logger="wikiprep.extract"):
+    with caplog.at_level("WARNING", logger="wikiprep.wikipedia.extract"):
         extract_part(part, tmp_path / "out.jsonl", DATE)
     (line,) = [r.getMessage() for r in caplog.records if "too_large" in r.getMessage()]
     assert line.startswith("dump part bomb.xml.bz2: page 999999 'TTT") and "\u202e" not in line and len(line) < 200
@@ -438,7 +438,7 @@ def stock_paragraphs(page, siteinfo, pinned) -> list[str]:
     """What extract_page gave with WikiExtractor's own Extractor and clean (before the fast paths)."""
     from wikiextractor import extract as wx
 
-    from wikiprep import extract
+    from wikiprep.wikipedia import extract
 
     stock = wx.Extractor(str(page.id), page.revid, siteinfo.urlbase, page.title, [], templates={}, redirects={},
                          templatePrefix=siteinfo.template_prefix, knownNamespaces=set(siteinfo.namespaces),
@@ -450,7 +450,7 @@ def stock_paragraphs(page, siteinfo, pinned) -> list[str]:
 
 def test_fast_clean_gives_wikiextractors_output_on_every_page(sample, tmp_path):
     from testkit.synthetic_dump import write_synthetic_dump
-    from wikiprep import extract
+    from wikiprep.wikipedia import extract
 
     assert extract.Extractor.FAST, "wikiextractor's clean changed: extract.clean no longer runs, nothing to compare"
     pinned = clock_magic_words(DATE)
@@ -483,7 +483,7 @@ TAG_SPELLINGS = [
 
 def assert_extracted_as_stock(text: str, title: str) -> None:
     """One page holding `text`: extract_page (extract.clean) gives the stock function's paragraphs."""
-    from wikiprep import extract
+    from wikiprep.wikipedia import extract
 
     page = extract.Page(id=7, ns=0, title=title, revid="1", redirect=False, text=text)
     siteinfo, pinned = extract.SiteInfo(urlbase="https://en.wikipedia.org/wiki"), clock_magic_words(DATE)

@@ -21,7 +21,7 @@ from shardkit.records import read_records
 from testkit.instances import assert_hdf5_holds_records
 from testkit.reports import as_hashed
 from wikiprep import dataset, reader
-from wikiprep.samples import write_sample_dump
+from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI
 
 REPO = Path(__file__).resolve().parents[1]

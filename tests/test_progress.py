@@ -27,7 +27,8 @@ import pytest
 from shardkit import progress as progress_module
 from testkit.synthetic_dump import write_synthetic_dump
 from test_luigid import BIN, REPO, Luigid, env, wait_for
-from wikiprep import extract, instances, sentences, stats, verify, vocab
+from wikiprep import instances, sentences, stats, verify, vocab
+from wikiprep.wikipedia import extract
 from wikiprep.options import GenerationOptions
 from wikiprep.tokenization import Vocab
 

@@ -97,7 +97,7 @@ def _deb(members: dict[str, bytes]) -> bytes:
 
 
 def test_dump_from_a_package_is_extracted_like_any_dump(tmp_path):
-    from wikiprep.extract import extract_part
+    from wikiprep.wikipedia.extract import extract_part
 
     cache = tmp_path / "cache"
     cache.mkdir()

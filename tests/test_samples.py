@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import PrepError
-from wikiprep.samples import write_sample_dump
+from wikiprep.wikipedia.samples import write_sample_dump
 
 NS = "{http://www.mediawiki.org/xml/export-0.10/}"
 PART_RE = re.compile(r"^enwiki-20260101-pages-articles(\d)\.xml-p(\d+)p(\d+)\.bz2$")

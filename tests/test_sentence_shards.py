@@ -14,7 +14,7 @@ import pytest
 
 from shardkit.atomic import receipt_path, write_dir_receipt
 from wikiprep import sentences
-from wikiprep.samples import write_sample_dump
+from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI, SentenceShards
 
 REPO = Path(__file__).resolve().parents[1]

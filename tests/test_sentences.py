@@ -20,7 +20,7 @@ def write_extracted(path, docs):
 @pytest.fixture(scope="module")
 def extracted(tmp_path_factory):
     """The embedded sample dump's first part, through the real extractor."""
-    from wikiprep import extract, samples
+    from wikiprep.wikipedia import extract, samples
 
     root = tmp_path_factory.mktemp("dump")
     folder = samples.write_sample_dump(root)
@@ -320,7 +320,7 @@ def test_splitter_equals_stock_punkt_on_benchmark_parts():
     import glob
     import random
 
-    from wikiprep.clean import clean_document
+    from wikiprep.wikipedia.clean import clean_document
 
     parts = sorted(glob.glob(os.path.join(BENCH_WORK, "**", "extracted", "*.jsonl"), recursive=True))
     cases = [(part, model) for part in parts

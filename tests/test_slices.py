@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wikiprep import extract
+from wikiprep.wikipedia import extract
 from shardkit.errors import PrepError
 from testkit.synthetic_dump import write_synthetic_dump
 
@@ -113,7 +113,7 @@ def test_a_part_is_judged_on_all_of_its_slices():
 
 
 def test_only_multistream_parts_are_cut_into_pieces():
-    from wikiprep.download import Part
+    from wikiprep.wikipedia.dump import Part
 
     data = Part("enwiki-20260101-pages-articles-multistream1.xml-p1p9.bz2", "u", 250_000_000, "0" * 40, None)
     index = Part("enwiki-20260101-pages-articles-multistream-index1.txt-p1p9.bz2", "u", 9_000_000, "1" * 40, None)

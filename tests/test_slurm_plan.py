@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import PrepError
-from wikiprep.samples import write_sample_dump
+from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI, Pretrain384
 from workflows.slurm import STAGES, SlurmStage384, array_spec, plan, stage_elements
 

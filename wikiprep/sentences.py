@@ -30,8 +30,8 @@ from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
 from shardkit.progress import Progress, Stage, throttle
 
-from .clean import clean_document
-from .extract import check_parts
+from .wikipedia.clean import clean_document
+from .wikipedia.extract import check_parts
 from .punkt_regex import SPACE, PlainRegexLanguageVars, PlainRegexToken
 from .punkt_training import train_parameters
 

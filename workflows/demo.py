@@ -28,7 +28,7 @@ class DemoSamples(PrepTask):
 
     def run(self):
         from imagenet_prep import samples as imagenet_samples
-        from wikiprep import samples as wiki_samples
+        from wikiprep.wikipedia import samples as wiki_samples
 
         site = self.output()["dump"].path
         if not self.output()["dump"].exists():

@@ -28,7 +28,7 @@ import luigi
 from luigi.task import flatten
 
 from shardkit.errors import PrepError
-from wikiprep import download
+from wikiprep.wikipedia import dump as download
 
 from .base import ReceiptTarget
 from .wiki import PLANNED_STATUS, PretrainDataset

@@ -22,7 +22,8 @@ from luigi.util import inherits, requires
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
                              write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
-from wikiprep import dataset, download, extract, instances, reader, remask, sentences, vocab
+from wikiprep import dataset, instances, reader, remask, sentences, vocab
+from wikiprep.wikipedia import dump as download, extract
 from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
 from wikiprep.options import GenerationOptions
 from wikiprep.schema import PAD_POSITION_VALUE

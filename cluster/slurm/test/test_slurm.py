@@ -53,7 +53,7 @@ def env() -> dict:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     sys.path.insert(0, str(REPO))
-    from wikiprep.samples import write_sample_dump
+    from wikiprep.wikipedia.samples import write_sample_dump
     root = tmp_path_factory.mktemp("site")
     write_sample_dump(root, WIKI, DATE)
     return root
