@@ -1,14 +1,15 @@
-"""From extracted articles to sentence shards: cleaning, Punkt sentence splitting, global mixing.
+"""From a corpus' documents to sentence shards: Punkt sentence splitting, global mixing.
 
 Offline by construction: the Punkt model is trained, unsupervised, on the corpus itself
 (`train_punkt`) and committed as a pipeline output in JSON, so nothing calls
 `nltk.download` and nothing depends on which nltk data a machine happens to have.
 
-Every document goes to shard `hash(seed, page id) mod N` (`shard_of`), so each shard is a
-uniform random sample of the whole dump while every step streams: `split_part` turns one
-extracted part into N bucket files; once every part is split, `judge_splits` tells from their
-counts alone whether the corpus fills the N shards, and `merge_shard` concatenates bucket i of
-every part, in part order, into shard i, one shard independently of the others. The output is
+The documents come from any `corpus.Source`, already cleaned. Every document goes to shard
+`hash(seed, document id) mod N` (`shard_of`), so each shard is a uniform random sample of the
+whole corpus while every step streams: `split_piece` turns the documents of one piece into N
+bucket files; once every piece is split, `judge_splits` tells from their counts alone whether
+the corpus fills the N shards, and `merge_shard` concatenates bucket i of every piece, in corpus
+order, into shard i, one shard independently of the others. The output is
 the original BERT generator's input format: one sentence per line, a blank line between documents.
 """
 
@@ -21,7 +22,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktParameters,
                                  PunktSentenceTokenizer)
@@ -30,8 +31,7 @@ from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
 from shardkit.progress import Progress, Stage, throttle
 
-from .wikipedia.clean import clean_document
-from .wikipedia.extract import check_parts
+from .corpus import Document
 from .punkt_regex import SPACE, PlainRegexLanguageVars, PlainRegexToken
 from .punkt_training import train_parameters
 
@@ -370,30 +370,6 @@ def split_name(num_shards: int, seed: int, min_chars: int) -> str:
     return f"n{num_shards}_seed{seed}_min{min_chars}"
 
 
-def read_documents(extracted_path: str | Path, consumed: list[int] | None = None) -> Iterator[dict]:
-    """Stream the documents of one extracted part (JSON lines with id, title, text). `consumed[0]`, when
-    given, follows the bytes of the file read so far (to within the 8 KiB the text layer reads ahead)."""
-    path = Path(extracted_path)
-    try:
-        f = open(path, encoding="utf-8")
-    except FileNotFoundError:
-        raise PrepError(f"{path}: extracted part not found") from None
-    with f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-                doc["id"] = int(doc["id"])
-                if not isinstance(doc["text"], str):
-                    raise TypeError
-            except (ValueError, KeyError, TypeError):
-                raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") from None
-            if consumed is not None:
-                consumed[0] = f.buffer.tell()
-            yield doc
-
-
 # Punkt learns abbreviations, collocations and sentence starters from counts; a few hundred
 # thousand words are plenty for them, and training is slow (~0.4 MB/s, one core) and must
 # finish before any part can be split. So it reads the first 2 million characters of clean
@@ -401,16 +377,15 @@ def read_documents(extracted_path: str | Path, consumed: list[int] | None = None
 PUNKT_SAMPLE_CHARS = 2_000_000
 
 
-def punkt_sample(extracted_paths: list[str | Path], *, min_chars: int = 0,
-                 max_chars: int = PUNKT_SAMPLE_CHARS) -> list[str]:
-    """Clean article texts from the extracted parts, in order, until `max_chars` are taken."""
+def punkt_sample(pieces: Iterable[Iterable[Document]], *, max_chars: int = PUNKT_SAMPLE_CHARS) -> list[str]:
+    """The texts of the kept documents of `pieces` (each an iterable of documents, in corpus order), until
+    `max_chars` are taken: a document's paragraphs joined by newlines."""
     texts, taken = [], 0
-    for path in extracted_paths:
-        for doc in read_documents(path):
-            paragraphs, _ = clean_document(doc, min_chars=min_chars)
-            if not paragraphs:
+    for documents in pieces:
+        for doc in documents:
+            if not doc.paragraphs:
                 continue
-            texts.append("\n".join(paragraphs))
+            texts.append("\n".join(doc.paragraphs))
             taken += len(texts[-1])
             if taken >= max_chars:
                 return texts
@@ -418,17 +393,17 @@ def punkt_sample(extracted_paths: list[str | Path], *, min_chars: int = 0,
 
 
 class PunktSample:
-    """The Punkt training sample gathered part by part, as the extracted parts become ready.
+    """The Punkt training sample gathered piece by piece, as the pieces become ready.
 
-    `add` reads one more extracted part (or slice), once, for what the sample still lacks;
-    `full` says when no more are needed. `texts` is what `punkt_sample` gives for the same
-    parts, and `source` names the parts read.
+    `add` reads one more piece's documents, once, for what the sample still lacks; `full` says
+    when no more are needed. `texts` is what `punkt_sample` gives for the same pieces, and
+    `source` names the pieces read.
     """
 
-    def __init__(self, *, min_chars: int = 0, max_chars: int = PUNKT_SAMPLE_CHARS):
-        self.min_chars, self.max_chars = min_chars, max_chars
+    def __init__(self, *, max_chars: int = PUNKT_SAMPLE_CHARS):
+        self.max_chars = max_chars
         self.texts: list[str] = []
-        self.paths: list[Path] = []
+        self.names: list[str] = []
 
     @property
     def chars(self) -> int:
@@ -440,11 +415,11 @@ class PunktSample:
 
     @property
     def source(self) -> str:
-        return ", ".join(p.name for p in self.paths)
+        return ", ".join(self.names)
 
-    def add(self, extracted_path: str | Path) -> None:
-        self.paths.append(Path(extracted_path))
-        self.texts += punkt_sample([extracted_path], min_chars=self.min_chars, max_chars=self.max_chars - self.chars)
+    def add(self, name: str, documents: Iterable[Document]) -> None:
+        self.names.append(name)
+        self.texts += punkt_sample([documents], max_chars=self.max_chars - self.chars)
 
 
 def train_punkt(sample: list[str], out_path: str | Path, *, source: str = "the extracted parts") -> dict:
@@ -505,44 +480,42 @@ def bucket_name(shard: int) -> str:
     return f"bucket_{shard:05d}.txt"
 
 
-def split_part(extracted_path: str | Path, punkt_path: str | Path, out_dir: str | Path, *, num_shards: int,
-               seed: int, min_chars: int = 0, progress: Progress | None = None) -> dict:
-    """Clean and sentence-split one extracted part into `num_shards` bucket files, committed as one folder.
+def split_piece(documents: Iterable[Document], punkt_path: str | Path, out_dir: str | Path, *, num_shards: int,
+                seed: int, size: int = 0, progress: Progress | None = None) -> dict:
+    """Sentence-split the documents of one piece into `num_shards` bucket files, committed as one folder.
 
-    `progress(done, total)` counts the bytes of the extracted part read."""
-    stage = Stage(log, f"split {Path(extracted_path).name}")
+    A document goes to bucket `shard_of(seed, id, num_shards)`; one the source dropped, or with no
+    sentence, is counted by reason. `progress(done, total)` counts the bytes of the piece read, of `size`."""
+    stage = Stage(log, f"split {Path(out_dir).name}")
     progress = throttle(progress)
     splitter = load_punkt(punkt_path)
     dropped: Counter = Counter()
-    documents = sentences = 0
+    documents_kept = sentences = 0
     per_shard = [0] * num_shards
-    consumed = [0]
-    total = _size(extracted_path)
     if progress is not None:
-        progress(0, total)
+        progress(0, size)
     with atomic_dir(out_dir) as tmp:
         files = [open(tmp / bucket_name(i), "w", encoding="utf-8", newline="\n") for i in range(num_shards)]
         try:
-            for doc in read_documents(extracted_path, consumed):
+            for doc in documents:
                 if progress is not None:
-                    progress(consumed[0], total)
-                paragraphs, reason = clean_document(doc, min_chars=min_chars)
-                lines = document_sentences(paragraphs, splitter) if paragraphs else []
+                    progress(doc.read, size)
+                lines = document_sentences(doc.paragraphs, splitter) if doc.paragraphs else []
                 if not lines:
-                    dropped[reason or "no_sentences"] += 1
+                    dropped[doc.dropped or "no_sentences"] += 1
                     continue
-                shard = shard_of(seed, doc["id"], num_shards)
+                shard = shard_of(seed, doc.id, num_shards)
                 files[shard].write("\n".join(lines) + "\n\n")
-                documents += 1
+                documents_kept += 1
                 sentences += len(lines)
                 per_shard[shard] += 1
         finally:
             for f in files:
                 f.close()
     if progress is not None:
-        progress(total, total)
-    stage.finish(documents, "documents", total)
-    return {"documents": documents, "sentences": sentences, "dropped": dict(sorted(dropped.items())),
+        progress(size, size)
+    stage.finish(documents_kept, "documents", size)
+    return {"documents": documents_kept, "sentences": sentences, "dropped": dict(sorted(dropped.items())),
             "documents_per_shard": per_shard}
 
 
@@ -558,22 +531,20 @@ def shard_name(shard: int) -> str:
     return f"shard_{shard:05d}.txt"
 
 
-def judge_splits(split_stats: list[dict], extract_stats: list[dict], *, num_shards: int, source: str) -> dict:
+def judge_splits(split_stats: list[dict], upstream_stats: list[dict], *, num_shards: int, source: str) -> dict:
     """What the sentence shards will hold, judged from the counts of every split before any shard is written.
 
-    `split_stats` are `split_part`'s results for every part or slice, `extract_stats`
-    `extract.extract_part`'s; no corpus text is read. Returns the documents of each shard (what
-    `merge_shard` will count), their total, and the documents dropped at extraction and at
-    cleaning, summed by reason. PrepError, naming `source` (the dump), when a part yields no
-    article (`extract.check_parts`: a sliced part is judged whole), when no document survived
+    `split_stats` are `split_piece`'s results for every piece; `upstream_stats` the results of the
+    source's own steps before splitting (Wikipedia's extraction), each with the documents it dropped
+    by reason (`dropped`); no corpus text is read. Returns the documents of each shard (what
+    `merge_shard` will count), their total, and the documents dropped before and at splitting,
+    summed by reason. PrepError, naming `source` (the corpus), when no document survived
     at all, or when a shard would have none (more shards than the corpus fills: an empty shard
     would be an empty record file, which DALI's and other readers' index files refuse, so the
     run stops with one line rather than one error per shard later).
     """
-    check_num_shards(num_shards)
-    check_parts(extract_stats)
     dropped: dict[str, int] = {}
-    for stats in split_stats + extract_stats:
+    for stats in split_stats + upstream_stats:
         for reason, n in stats["dropped"].items():
             dropped[reason] = dropped.get(reason, 0) + n
     per_shard = [sum(stats["documents_per_shard"][i] for stats in split_stats) for i in range(num_shards)]

@@ -1,0 +1,121 @@
+"""A dated Wikipedia dump as a `wikiprep.corpus.Source`: its pieces are the dump's parts (or slices of
+multistream parts), and the documents of a piece are the articles WikiExtractor extracted from it
+(`extract.extract_part`, one JSON line each), cleaned (`clean.clean_document`).
+
+Where its files live under the data folder DATA:
+
+    DATA/downloads/{wiki}/{date}/             the verified part files (`dump`)
+    DATA/{wiki}-{date}/extracted/<piece>.jsonl the extracted articles of each piece
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from shardkit.errors import PrepError
+
+from ..corpus import Document, Source
+from . import dump
+from .clean import clean_document
+from .extract import Piece, pieces
+
+
+def read_extracted(path: str | Path, consumed: list[int] | None = None) -> Iterator[dict]:
+    """Stream the articles of one extracted piece (JSON lines with id, title, text). `consumed[0]`, when
+    given, follows the bytes of the file read so far (to within the 8 KiB the text layer reads ahead)."""
+    path = Path(path)
+    try:
+        f = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise PrepError(f"{path}: extracted part not found") from None
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+                doc["id"] = int(doc["id"])
+                if not isinstance(doc["text"], str):
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") from None
+            if consumed is not None:
+                consumed[0] = f.buffer.tell()
+            yield doc
+
+
+def extracted_documents(path: str | Path, *, min_chars: int) -> Iterator[Document]:
+    """The documents of one extracted file: each article's page id and cleaned paragraphs."""
+    consumed = [0]
+    for doc in read_extracted(path, consumed):
+        paragraphs, reason = clean_document(doc, min_chars=min_chars)
+        yield Document(doc["id"], paragraphs or [], reason, consumed[0])
+
+
+@dataclass(frozen=True)
+class WikipediaSource(Source):
+    """The dump `wiki` of `dump_date` at `dump_url`, with its files under `data_dir`.
+
+    `status`, when given, is the dump's dumpstatus.json already read (a dry run reads it into memory
+    and writes nothing); otherwise the parts come from the local copy a run fetched (`dump.dump_parts`).
+    """
+
+    data_dir: str
+    dump_url: str
+    wiki: str
+    dump_date: str
+    multistream: bool = False
+    extract_slice_mb: float = 100.0
+    status: dict | None = None
+
+    shard_prefix = "wiki"
+    same_bytes = ("extract_slice_mb",)  # slices cut the work; the shards are the same bytes whatever their size
+
+    def __post_init__(self):
+        # Both become folder names: anything but a wiki name and a YYYYMMDD date is refused before a path is made.
+        dump.check_dump_id(self.wiki, self.dump_date)
+
+    @property
+    def name(self) -> str:
+        return f"{self.wiki} {self.dump_date}"
+
+    def description(self) -> dict:
+        return {"wiki": self.wiki, "dump_date": self.dump_date, "multistream": self.multistream,
+                "extract_slice_mb": self.extract_slice_mb}
+
+    @property
+    def download_dir(self) -> Path:
+        return Path(self.data_dir) / "downloads" / self.wiki / self.dump_date
+
+    @property
+    def work_dir(self) -> Path:
+        return Path(self.data_dir) / f"{self.wiki}-{self.dump_date}"
+
+    def parts(self) -> list[dump.Part]:
+        """The dump's part files, from the local copy of dumpstatus.json (fetched once, when there is none),
+        or from `status`."""
+        if self.status is not None:
+            return dump.list_parts(self.status, self.wiki, self.dump_date, multistream=self.multistream,
+                                   need_hashes=False)
+        return dump.dump_parts(self.dump_url, self.wiki, self.dump_date, self.download_dir,
+                               multistream=self.multistream)
+
+    def pieces(self) -> list[Piece]:
+        """Whole parts, or slices of about `extract_slice_mb` MB of bz2 of multistream ones, in dump order."""
+        return pieces(self.parts(), multistream=self.multistream, slice_mb=self.extract_slice_mb)
+
+    def extracted_path(self, piece: Piece) -> Path:
+        return self.work_dir / "extracted" / f"{piece.name}.jsonl"
+
+    def piece_size(self, piece: Piece) -> int:
+        try:
+            return os.path.getsize(self.extracted_path(piece))
+        except OSError:
+            return 0  # read_extracted names the missing file
+
+    def documents(self, piece: Piece, *, min_chars: int) -> Iterator[Document]:
+        return extracted_documents(self.extracted_path(piece), min_chars=min_chars)
