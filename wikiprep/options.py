@@ -42,6 +42,7 @@ class GenerationOptions:
     def __post_init__(self):
         for f in fields(self):  # plain bool/int/float, whatever number types the caller had (as the original's flags)
             object.__setattr__(self, f.name, f.type(getattr(self, f.name)))
+        self.check()  # valid by construction: whoever holds options holds values that make a dataset
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

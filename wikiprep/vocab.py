@@ -29,6 +29,9 @@ from shardkit.progress import Progress, Stage, throttle
 from .tokenization import Vocab
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# A vocabulary to train holds the special tokens and at least some characters.
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 1
+TOO_SMALL = f"must be more than the {len(SPECIAL_TOKENS)} special tokens"
 PREFIX = "##"
 
 log = logging.getLogger(__name__)
@@ -174,8 +177,8 @@ def build_vocab(files: list[str | Path], out_path: str | Path, *, vocab_size: in
 
 def check_vocab_size(vocab_size: int) -> None:
     """A vocabulary to train must hold the special tokens and at least some characters."""
-    if vocab_size <= len(SPECIAL_TOKENS):
-        raise PrepError(f"--vocab-size {vocab_size}: must be more than the {len(SPECIAL_TOKENS)} special tokens")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise PrepError(f"--vocab-size {vocab_size}: {TOO_SMALL}")
 
 
 def check_vocab_file(path: str | Path) -> int:

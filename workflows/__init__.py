@@ -11,19 +11,36 @@ command again after a kill finishes the work and gives identical bytes. All logi
 job arrays' elements) and `worker` (the Luigi worker for a luigid, which outlives a luigid restart).
 """
 
-from .base import PrepTask, ReceiptTarget
+import sys
+
+from luigi.cmdline_parser import CmdlineParser
+
+from .base import PrepTask, ReceiptTarget, setup
 from .demo import DEMO_DATE, DEMO_WIKI, Demo, DemoSamples
 from .imagenet import ImageNet, ImageNetPlan, ImageNetShard
 from .slurm import SlurmStage128, SlurmStage384, SlurmStage512
 from .train import TrainBert, TrainImageNet
 from .wiki import (DownloadDump, DownloadPart, ExtractPart, Pretrain128, Pretrain384, Pretrain512, PretrainDataset,
                    PretrainShard, SentenceShard, SentenceShards, SplitDump, SplitPart, TrainPunkt, TrainVocab)
-from .worker import ClusterWorker, install
+from .worker import ClusterWorker
 
 __all__ = ["PrepTask", "ReceiptTarget", "DEMO_DATE", "DEMO_WIKI", "Demo", "DemoSamples", "ImageNet", "ImageNetPlan",
            "ImageNetShard", "TrainBert", "TrainImageNet", "DownloadDump", "DownloadPart", "ExtractPart", "Pretrain128",
            "Pretrain384", "Pretrain512", "PretrainDataset", "PretrainShard", "SentenceShard", "SentenceShards",
            "SplitDump", "SplitPart", "TrainPunkt", "TrainVocab", "SlurmStage128", "SlurmStage384", "SlurmStage512",
-           "ClusterWorker"]
+           "ClusterWorker", "setup"]
 
-install()
+
+def _imported_by_luigi_command_line() -> bool:
+    """Whether Luigi's command line is importing this package (`luigi --module workflows ...`): it has no other
+    hook where its run starts, and by the time it instantiates the root task its retcodes are already read."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is CmdlineParser._attempt_load_module.__code__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+if _imported_by_luigi_command_line():
+    setup()

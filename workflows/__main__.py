@@ -24,7 +24,7 @@ def _dataset(command: str, argv: list[str]):
 
     from shardkit.errors import PrepError
 
-    from .wiki import PretrainDataset
+    from .bert import PretrainDataset
     with luigi.cmdline_parser.CmdlineParser.global_instance(argv) as parser:
         dataset = parser.get_task_obj()
     if not isinstance(dataset, PretrainDataset):

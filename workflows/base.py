@@ -114,8 +114,6 @@ class _PrepErrorTracebacks(logging.Filter):
         return True
 
 
-logger.addFilter(_PrepErrorTracebacks())
-
 # What the project's luigi.cfg sets that a run must have wherever it starts: Luigi reads luigi.cfg
 # from the current folder only, and without these a failed run exits 0, a task that returns
 # without its output counts as done, and bad input ends in Luigi's DEBUG chatter. A value that
@@ -138,8 +136,6 @@ def _fill_luigi_defaults() -> None:
             if not any(config.has_option(section, k) for k in (key, key.replace("_", "-"))):
                 config.set(section, key, value)
 
-
-_fill_luigi_defaults()
 
 # The libraries log under their package names; Luigi's default logging set-up gives a handler to its
 # own "luigi-interface" logger alone, so without this their lines (warnings included) would reach
@@ -179,11 +175,28 @@ def _configure_library_logging() -> None:
             library.setLevel(level)
 
 
-_configure_library_logging()
+def setup() -> None:
+    """What a run of these tasks needs of its process, done once, where the run starts (importing the tasks
+    changes nothing): Luigi's command line (`luigi --module workflows`, which runs this as it imports the
+    package), `python -m workflows`, or a program that calls `luigi.build` itself.
 
-# SIGTERM (Slurm's time limit, preemption, `kill`) unwinds a running task like an exception, so its
-# open atomic writes remove their temporaries; the forked worker processes inherit the handler.
-raise_on_sigterm()
+    - PrepError tracebacks cut from Luigi's log, leaving one line (`_PrepErrorTracebacks`);
+    - the project's Luigi settings wherever the run starts (`LUIGI_DEFAULTS`);
+    - the libraries' log lines on the console, at the run's level;
+    - SIGTERM (Slurm's time limit, preemption, `kill`) unwinds a running task like an exception, so its
+      open atomic writes remove their temporaries; the forked worker processes inherit the handler;
+    - a luigid run's workers are ClusterWorkers (`worker.install`).
+
+    Calling it again changes nothing.
+    """
+    from .worker import install
+
+    if not any(isinstance(f, _PrepErrorTracebacks) for f in logger.filters):
+        logger.addFilter(_PrepErrorTracebacks())
+    _fill_luigi_defaults()
+    _configure_library_logging()
+    raise_on_sigterm()
+    install()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,9 +204,17 @@ raise_on_sigterm()
 # exists, and its own message ("invalid literal for int()") names neither the flag nor the task.
 
 class _FlagNamed:
-    """A Luigi parameter that knows its flag (`--num-shards`) and program, for one error line."""
+    """A Luigi parameter that knows its flag (`--num-shards`) and program, for one error line, and its bounds.
+
+    `min_value`/`max_value` are checked in `normalize`, which Luigi applies to command-line and constructor
+    values alike: a value out of bounds never makes a task. `below` replaces "must be at least N" where
+    the bound has a reason worth saying."""
 
     expected = "a valid value"
+
+    def __init__(self, *args, min_value=None, max_value=None, below: str | None = None, **kwargs):
+        self.min_value, self.max_value, self.below = min_value, max_value, below
+        super().__init__(*args, **kwargs)
 
     def __set_name__(self, owner, name):
         if hasattr(super(), "__set_name__"):
@@ -201,13 +222,25 @@ class _FlagNamed:
         self.flag = "--" + name.replace("_", "-")
         self.prog = getattr(owner, "prog", "wikiprep")
 
+    def _error(self, text: str) -> PrepError:
+        error = PrepError(text)
+        error.prog = getattr(self, "prog", "wikiprep")
+        return error
+
     def parse(self, x):
         try:
             return super().parse(x)
         except ValueError:
-            error = PrepError(f"{getattr(self, 'flag', 'a parameter')} {x!r}: expected {self.expected}")
-            error.prog = getattr(self, "prog", "wikiprep")
-            raise error from None
+            raise self._error(f"{getattr(self, 'flag', 'a parameter')} {x!r}: expected {self.expected}") from None
+
+    def normalize(self, x):
+        x = super().normalize(x)
+        flag = getattr(self, "flag", "a parameter")
+        if self.min_value is not None and x < self.min_value:
+            raise self._error(f"{flag} {x}: {self.below or f'must be at least {self.min_value}'}")
+        if self.max_value is not None and x > self.max_value:
+            raise self._error(f"{flag} {x}: must be at most {self.max_value}")
+        return x
 
 
 class IntParameter(_FlagNamed, luigi.IntParameter):

@@ -28,12 +28,13 @@ class DemoSamples(PrepTask):
 
     def run(self):
         from imagenet_prep import samples as imagenet_samples
-        from wikiprep.wikipedia import samples as wiki_samples
+
+        from .wiki import write_sample_dump
 
         site = self.output()["dump"].path
         if not self.output()["dump"].exists():
             with atomic_dir(site) as tmp:
-                wiki_samples.write_sample_dump(tmp, wiki=DEMO_WIKI, date=DEMO_DATE)
+                write_sample_dump(tmp, wiki=DEMO_WIKI, date=DEMO_DATE)
             write_dir_receipt(site)
         raw = self.output()["imagenet"].path
         if not self.output()["imagenet"].exists():

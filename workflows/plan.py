@@ -27,11 +27,8 @@ from pathlib import Path
 import luigi
 from luigi.task import flatten
 
-from shardkit.errors import PrepError
-from wikiprep.wikipedia import dump as download
-
 from .base import ReceiptTarget
-from .wiki import PLANNED_STATUS, PretrainDataset
+from .bert import PretrainDataset
 
 SHOWN_PER_KIND = 3  # tasks to run named per kind, unless --all
 
@@ -41,26 +38,6 @@ class PlannedTask:
     task: luigi.Task
     complete: bool
     runs: bool = False
-
-
-def read_status_for_plan(dataset: PretrainDataset) -> str:
-    """Make the dump's part list available to the tasks without writing anything; say where it came from.
-
-    A usable copy in DATA (what a run fetched) is read as the run reads it. Otherwise dumpstatus.json
-    alone is fetched into memory (download.read_dump_status), and the tasks read it from there.
-    """
-    local = dataset.download_dir / download.STATUS_FILE
-    if local.is_file():
-        try:
-            download.list_parts(dataset.download_dir, dataset.wiki, dataset.dump_date,
-                                multistream=dataset.multistream)
-            return f"the copy in {local}"
-        except PrepError:
-            pass  # a copy from before the dump was done, say: a run would fetch the status again
-    url = download.dump_file_url(dataset.dump_url, dataset.wiki, dataset.dump_date, download.STATUS_FILE)
-    PLANNED_STATUS[(dataset.dump_url, dataset.wiki, dataset.dump_date)] = download.read_dump_status(
-        dataset.dump_url, dataset.wiki, dataset.dump_date)
-    return f"{url}, fetched now and not saved"
 
 
 def plan_tasks(root: luigi.Task) -> list[PlannedTask]:
@@ -109,7 +86,7 @@ def describe(task: luigi.Task, data_dir: Path) -> str:
 def plan_lines(dataset: PretrainDataset, all_tasks: bool = False) -> list[str]:
     """The plan of `dataset` as text: a table of tasks per kind (complete, to run), then the tasks to run."""
     dataset.check_before_work()
-    source = read_status_for_plan(dataset)
+    pieces = dataset.read_for_plan()
     tasks = plan_tasks(dataset)
     kinds = list(dict.fromkeys(p.task.get_task_family() for p in tasks))
     total, done, runs = Counter(), Counter(), Counter()
@@ -120,9 +97,9 @@ def plan_lines(dataset: PretrainDataset, all_tasks: bool = False) -> list[str]:
         runs[family] += p.runs
     skipped = sum(total.values()) - sum(done.values()) - sum(runs.values())
     width = max(len(k) for k in kinds + ["total"])
-    lines = [f"{dataset.get_task_family()}: {dataset.wiki} {dataset.dump_date}, {dataset.num_shards} shards, into "
+    lines = [f"{dataset.get_task_family()}: {dataset.source().name}, {dataset.num_shards} shards, into "
              f"{dataset.dataset_dir}",
-             f"dump parts: {len(dataset.parts())}, from {source}",
+             pieces,
              "",
              f"{'task':<{width}}  {'tasks':>6}  {'complete':>8}  {'to run':>6}"]
     for k in kinds:

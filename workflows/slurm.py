@@ -22,8 +22,8 @@ import luigi
 from shardkit.errors import PrepError
 
 from .base import IntParameter
-from .wiki import (DownloadDump, Pretrain128, Pretrain384, Pretrain512, PretrainDataset, PretrainShard,
-                   SentenceShard, SplitPart, TrainPunkt)
+from .bert import PretrainDataset, PretrainShard, SentenceShard, SplitPiece, TrainPunkt
+from .wiki import Pretrain128, Pretrain384, Pretrain512
 
 # In chain order. `pieces`, `sentences` and `shards` are job arrays; the others are single jobs (index 0).
 # `vocab` has no element (and no job) when a --vocab-file is given.
@@ -47,12 +47,12 @@ def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
     """
     vocab = dataset.vocab_task()
     return {
-        "download": [dataset.clone(DownloadDump)],
-        "punkt": [dataset.clone(TrainPunkt)],
-        "pieces": [dataset.piece_task(SplitPart, piece) for piece in dataset.pieces()],
-        "sentences": [dataset.clone(SentenceShard, shard=i) for i in range(dataset.num_shards)],
+        "download": dataset.corpus_inputs(),
+        "punkt": [dataset.stage(TrainPunkt)],
+        "pieces": [dataset.piece_task(dataset.stages[SplitPiece], piece) for piece in dataset.pieces()],
+        "sentences": [dataset.stage(SentenceShard, shard=i) for i in range(dataset.num_shards)],
         "vocab": [vocab] if vocab is not None else [],
-        "shards": [dataset.clone(PretrainShard, shard=i) for i in range(dataset.num_shards)],
+        "shards": [dataset.stage(PretrainShard, shard=i) for i in range(dataset.num_shards)],
         "finalize": [dataset],
     }
 

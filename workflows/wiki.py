@@ -1,95 +1,105 @@
 """The Wikipedia tasks: a dated dump to BERT pre-training shards.
 
-DownloadPart -> ExtractPart -> TrainPunkt -> SplitPart -> SplitDump -> SentenceShard -> (SentenceShards
--> TrainVocab, without --vocab-file) -> PretrainShard -> PretrainDataset (Pretrain128, Pretrain384,
-Pretrain512). What fans out is one task per dump piece (extraction, splitting) or per shard (merging,
-instances); what does not (Punkt, the vocabulary) reads a bounded sample, never the whole dump.
-The dump's parameters are DumpTask's; every other parameter is declared once, on the first task
-that needs it, and the tasks after it take it with `luigi.util.inherits` / `requires` and build
-their requirements with `clone`.
+DownloadPart -> ExtractPart -> then the BERT stages of `workflows.bert`, bound to the dump here:
+TrainPunkt -> SplitPart -> SplitDump -> SentenceShard -> (SentenceShards -> TrainVocab, without
+--vocab-file) -> PretrainShard -> PretrainDataset (Pretrain128, Pretrain384, Pretrain512).
+
+The dump's parameters are WikiTask's; a piece of the dump (a part, or a slice of a multistream part) is
+named by ExtractPart's `part`, `slice` and `slices`. The corpus itself is a
+`wikiprep.wikipedia.source.WikipediaSource`: its pieces and the cleaned documents of each.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import json
 from pathlib import Path
 
 import luigi
 from luigi.util import inherits, requires
 
-from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
-                             write_dir_receipt, write_receipt)
+from shardkit.atomic import remove_stale_temps, write_receipt
 from shardkit.errors import PrepError
-from wikiprep import dataset, instances, reader, remask, sentences, vocab
-from wikiprep.wikipedia import dump as download, extract
-from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
-from wikiprep.options import GenerationOptions
-from wikiprep.schema import PAD_POSITION_VALUE
-from wikiprep.tokenization import Vocab
+from wikiprep.wikipedia import dump, extract
+from wikiprep.wikipedia.samples import write_sample_dump  # noqa: F401  the demo's dump, laid out like the dumps site
+from wikiprep.wikipedia.source import WikipediaSource
 
-from .base import (BoolParameter, ChoiceParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget,
-                   commit_report, report_target)
-
+from . import bert
+from .base import BoolParameter, FloatParameter, IntParameter, ReceiptTarget
 
 # The dumps' status as a plan (workflows.plan) read it, by (dump_url, wiki, dump_date), when DATA holds no
 # usable copy: a plan writes nothing, so its tasks take their parts from memory. Empty in every run.
 PLANNED_STATUS: dict[tuple[str, str, str], dict] = {}
 
 
-class DumpTask(PrepTask):
+class WikiTask(bert.CorpusTask):
     """Base of the Wikipedia tasks: the dated dump they read, where its files go, its parts and pieces."""
 
-    data_dir = luigi.Parameter(description="root of all outputs")
+    stages = {}
+
     dump_url = luigi.Parameter(default="https://dumps.wikimedia.org",
                                description="base of a dumps-site layout (http://, https:// or file://)")
     wiki = luigi.Parameter(default="enwiki")
     dump_date = luigi.Parameter(description="a dated dump, YYYYMMDD (never 'latest')")
     multistream = BoolParameter(default=False, description="take the multistream variant of the dump")
     extract_slice_mb = FloatParameter(
-        default=100.0, significant=False,
+        default=100.0, min_value=0.0, significant=False,
         description="multistream dumps: extract and split each part in slices of about this many MB of bz2, in "
                     "parallel (0: whole parts). The outputs are the same bytes either way")
 
-    def check_before_work(self) -> None:
-        """--wiki and --dump-date become folder names: anything but a wiki name and a YYYYMMDD date is
-        refused here, the first thing Luigi asks, before any path is made of them or anything fetched."""
-        super().check_before_work()
-        download.check_dump_id(self.wiki, self.dump_date)
-        check_output_root(self.data_dir, "--data-dir")
+    def source(self) -> WikipediaSource:
+        return WikipediaSource(self.data_dir, self.dump_url, self.wiki, self.dump_date, self.multistream,
+                               self.extract_slice_mb, PLANNED_STATUS.get((self.dump_url, self.wiki, self.dump_date)))
 
     @property
     def download_dir(self) -> Path:
-        return Path(self.data_dir) / "downloads" / self.wiki / self.dump_date
+        return self.source().download_dir
 
     @property
     def work_dir(self) -> Path:
-        return Path(self.data_dir) / f"{self.wiki}-{self.dump_date}"
+        return self.source().work_dir
 
-    def parts(self) -> list[download.Part]:
-        """The dump's part files, from the local copy of dumpstatus.json (fetched once, at scheduling), or
-        from the status a plan read into memory (PLANNED_STATUS)."""
-        planned = PLANNED_STATUS.get((self.dump_url, self.wiki, self.dump_date))
-        if planned is not None:
-            return download.list_parts(planned, self.wiki, self.dump_date, multistream=self.multistream,
-                                       need_hashes=False)
-        return download.dump_parts(self.dump_url, self.wiki, self.dump_date, self.download_dir,
-                                   multistream=self.multistream)
+    def parts(self) -> list[dump.Part]:
+        return self.source().parts()
 
-    def pieces(self) -> list[extract.Piece]:
-        """The units of extraction and splitting, in dump order: whole parts, or slices of multistream ones."""
-        return extract.pieces(self.parts(), multistream=self.multistream, slice_mb=self.extract_slice_mb)
-
-    def piece_task(self, cls: type[DumpTask], piece: extract.Piece) -> DumpTask:
-        """Task `cls` (ExtractPart, SplitPart) of one piece, with this task's other parameters."""
+    def piece_task(self, cls, piece: extract.Piece):
         return self.clone(cls, part=piece.part, slice=piece.slice, slices=piece.slices)
+
+    def piece_input(self, piece: extract.Piece) -> ExtractPart:
+        return self.piece_task(ExtractPart, piece)
+
+    def corpus_inputs(self) -> list[luigi.Task]:
+        return [self.clone(DownloadDump)]
+
+    def read_for_plan(self) -> str:
+        """The dump's parts without writing anything. A usable copy of dumpstatus.json in DATA (what a run
+        fetched) is read as the run reads it; otherwise it alone is fetched into memory (PLANNED_STATUS), and
+        the tasks read it from there; the checksum files a run fetches with it are not fetched."""
+        local = self.download_dir / dump.STATUS_FILE
+        where = None
+        if local.is_file():
+            try:
+                dump.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
+                where = f"the copy in {local}"
+            except PrepError:
+                pass  # a copy from before the dump was done, say: a run would fetch the status again
+        if where is None:
+            PLANNED_STATUS[(self.dump_url, self.wiki, self.dump_date)] = dump.read_dump_status(
+                self.dump_url, self.wiki, self.dump_date)
+            where = f"{dump.dump_file_url(self.dump_url, self.wiki, self.dump_date, dump.STATUS_FILE)}, fetched now " \
+                    f"and not saved"
+        return f"dump parts: {len(self.parts())}, from {where}"
+
+    def upstream_stats(self) -> list[dict]:
+        """The extraction's figures of every piece (pages dropped there: redirects, other namespaces...); a part
+        that yields no article is refused (a sliced part is judged whole)."""
+        extracted = [self.piece_input(piece).output().receipt()["stats"] for piece in self.pieces()]
+        extract.check_parts(extracted)
+        return extracted
 
 
 # ---------------------------------------------------------------------------------------------
-# Download
+# Download and extraction
 
-class DownloadPart(DumpTask):
+class DownloadPart(WikiTask):
     """One part file of the dump, verified against its checksum. At most 2 at once per dumps host."""
 
     part = luigi.Parameter()
@@ -102,11 +112,11 @@ class DownloadPart(DumpTask):
         by_name = {p.name: p for p in self.parts()}
         if self.part not in by_name:
             raise PrepError(f"--part {self.part}: not a file of {self.wiki} {self.dump_date}")
-        download.fetch_part(self.dump_url, self.wiki, self.dump_date, by_name[self.part], self.download_dir,
-                            progress=self.progress(f"download {self.part}", "B"))
+        dump.fetch_part(self.dump_url, self.wiki, self.dump_date, by_name[self.part], self.download_dir,
+                        progress=self.progress(f"download {self.part}", "B"))
 
 
-class DownloadDump(DumpTask):
+class DownloadDump(WikiTask):
     """Every part of a dated dump under DATA/downloads/{wiki}/{date}/."""
 
     def requires(self):
@@ -116,23 +126,20 @@ class DownloadDump(DumpTask):
         return self.input()
 
 
-# ---------------------------------------------------------------------------------------------
-# Extraction and sentences
-
 @requires(DownloadPart)
-class ExtractPart(DumpTask):
+class ExtractPart(WikiTask):
     """WikiExtractor over one dump part (or one slice of a multistream part): articles as JSON lines,
     clock magic words pinned to the dump date."""
 
-    slice = IntParameter(default=0)
-    slices = IntParameter(default=1)
+    slice = IntParameter(default=0, min_value=0)
+    slices = IntParameter(default=1, min_value=1)
 
     @property
     def piece(self) -> extract.Piece:
         return extract.Piece(self.part, self.slice, self.slices)
 
     def output(self):
-        return ReceiptTarget(self.work_dir / "extracted" / f"{self.piece.name}.jsonl")
+        return ReceiptTarget(self.source().extracted_path(self.piece))
 
     def run(self):
         out = self.output().path
@@ -143,390 +150,52 @@ class ExtractPart(DumpTask):
         write_receipt(out, stats=stats)
 
 
-class TrainPunkt(DumpTask):
-    """The Punkt sentence model, trained unsupervised on the dump itself (offline; no nltk.download).
-
-    It needs only the first ~2 M characters of text, so it waits for the first part (or slice)
-    alone and asks for the next ones (dynamic dependencies) only while the sample is short:
-    training overlaps the extraction of the rest.
-    """
-
-    min_doc_chars = IntParameter(default=200, description="drop cleaned documents shorter than this")
-
-    def requires(self):
-        return self.piece_task(ExtractPart, self.pieces()[0])
-
-    def output(self):
-        return ReceiptTarget(self.work_dir / f"punkt_min{self.min_doc_chars}.json")
-
-    def run(self):
-        sample = sentences.PunktSample(min_chars=self.min_doc_chars)
-        for piece in self.pieces():
-            sample.add((yield self.piece_task(ExtractPart, piece)).path)
-            if sample.full:
-                break
-        stats = sentences.train_punkt(sample.texts, self.output().path, source=sample.source)
-        write_receipt(self.output().path, stats=stats)
-
-
-# SentenceShards comes before SplitPart, SplitDump and SentenceShard, which take its parameters.
-
-@inherits(TrainPunkt)
-class SentenceShards(DumpTask):
-    """Every sentence shard (SentenceShard): what the vocabulary is trained on. Nothing of its own to run."""
-
-    num_shards = IntParameter(default=256, description="number of output shards")
-    seed = IntParameter(default=12345, description="global seed: shard mixing and instance generation")
-
-    def check_before_work(self) -> None:
-        super().check_before_work()
-        sentences.check_num_shards(self.num_shards)
-
-    def requires(self):
-        return [self.clone(SentenceShard, shard=i) for i in range(self.num_shards)]
-
-    def output(self):
-        return self.input()
-
-    def stats(self) -> dict:
-        """Each shard's documents and sentences, and the documents dropped by reason, for stats.json:
-        read from the shards' receipts (one small JSON file each)."""
-        receipts = [t.receipt() for t in self.output()]
-        return {"shards": [r["stats"] for r in receipts], "dropped": receipts[0]["corpus"]["dropped"]}
-
-
-def sentences_folder(task: DumpTask) -> Path:
-    """DATA/{wiki}-{date}/sentences/n{shards}_seed{seed}_min{chars}: the sentence shards of one way of splitting."""
-    return task.work_dir / "sentences" / sentences.split_name(task.num_shards, task.seed, task.min_doc_chars)
-
-
-@inherits(SentenceShards, ExtractPart)
-class SplitPart(DumpTask):
-    """One extracted part (or slice) cleaned, split into sentences and spread over the shards by
-    hash(seed, page id)."""
-
-    def requires(self):
-        return {"part": self.clone(ExtractPart), "punkt": self.clone(TrainPunkt)}
-
-    def output(self):
-        split_name = sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
-        return ReceiptTarget(self.work_dir / "split" / split_name / self.requires()["part"].piece.name)
-
-    def check_before_work(self) -> None:
-        super().check_before_work()
-        sentences.check_num_shards(self.num_shards)
-
-    def run(self):
-        stats = sentences.split_part(self.input()["part"].path, self.input()["punkt"].path, self.output().path,
-                                     num_shards=self.num_shards, seed=self.seed, min_chars=self.min_doc_chars,
-                                     progress=self.progress(f"split {self.output().path.name}", "B"))
-        write_dir_receipt(self.output().path, stats=stats)
-
-
-@inherits(SentenceShards)
-class SplitDump(DumpTask):
-    """Every piece split, and the corpus they make judged from their receipts (sentences.judge_splits):
-    a dump with no article left, or too few documents for every shard, is refused here, once, with one
-    line, before any sentence shard is written. No corpus text is read."""
-
-    def check_before_work(self) -> None:
-        """Once every piece has its split receipt, complete() judges them too: a rerun is refused before
-        any work. (Whether each split still matches its receipt, complete() asks next.)"""
-        super().check_before_work()
-        sentences.check_num_shards(self.num_shards)
-        if all(receipt_path(t.path).is_file() for t in self.output()):
-            self.corpus()
-
-    def requires(self):
-        return [self.piece_task(SplitPart, piece) for piece in self.pieces()]
-
-    def output(self):
-        return self.input()
-
-    def corpus(self) -> dict:
-        """sentences.judge_splits of the split receipts, with the extraction's (documents dropped there:
-        redirects, other namespaces...)."""
-        extracted = [self.piece_task(ExtractPart, piece).output().receipt()["stats"] for piece in self.pieces()]
-        return sentences.judge_splits([t.receipt()["stats"] for t in self.output()], extracted,
-                                      num_shards=self.num_shards, source=f"{self.wiki} {self.dump_date}")
-
-    def run(self):
-        self.corpus()
-
-
-def _read_folder_receipt(path: Path) -> dict:
-    """A folder receipt, parsed once per version of the file: every shard of the folder asks for it."""
-    st = path.stat()
-    return _parsed_json(str(path), st.st_mtime_ns, st.st_size)
-
-
-@functools.lru_cache(maxsize=4)
-def _parsed_json(path: str, mtime_ns: int, size: int) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-class SentenceShardTarget(ReceiptTarget):
-    """A sentence shard: complete with its own receipt, or in a data folder whose sentence shards were
-    all merged by one task (before each shard was its own task), with that folder's receipt listing it
-    at its size. Either receipt gives the shard's `stats` and the corpus' dropped documents."""
-
-    def __init__(self, path: Path, shard: int):
-        super().__init__(path)
-        self.shard = shard
-
-    def _folder_receipt(self) -> dict | None:
-        """The whole folder's receipt, when it lists this shard at the size it has."""
-        try:
-            receipt = _read_folder_receipt(receipt_path(self.path.parent))
-            return receipt if receipt["files"][self.path.name]["size"] == self.path.stat().st_size else None
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def exists(self) -> bool:
-        return read_receipt(self.path) is not None or self._folder_receipt() is not None
-
-    def receipt(self) -> dict:
-        if read_receipt(self.path) is not None:
-            return super().receipt()
-        folder = self._folder_receipt()
-        if folder is None:
-            return super().receipt()  # FileNotFoundError: not complete
-        shards = folder["stats"]["shards"]
-        return {"file": self.path.name, **folder["files"][self.path.name], "stats": shards[self.shard],
-                "corpus": {"documents": sum(s["documents"] for s in shards), "dropped": folder["stats"]["dropped"]}}
-
-
-@requires(SplitDump)
-class SentenceShard(DumpTask):
-    """Sentence shard i: bucket i of every piece, in dump order (sentences.merge_shard). Each shard is its
-    own task, so merging spreads over the workers like the shards' instances. Slices partition their part
-    in page order, so the shards are the same bytes whether parts were sliced or not."""
-
-    shard = IntParameter(description="the shard, from 0 to --num-shards - 1")
-
-    def check_before_work(self) -> None:
-        super().check_before_work()
-        sentences.check_num_shards(self.num_shards)
-        sentences.check_shard(self.shard, self.num_shards)
-
-    def output(self):
-        return SentenceShardTarget(sentences_folder(self) / sentences.shard_name(self.shard), self.shard)
-
-    def run(self):
-        out = self.output().path
-        # Before shards were merged one per task, the folder was built whole under a temporary name.
-        remove_stale_temps(out.parent)
-        corpus = self.requires().corpus()
-        stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out,
-                                      progress=self.progress(f"merge {out.name}", "B"))
-        write_receipt(out, stats=stats, corpus={"documents": corpus["documents"], "dropped": corpus["dropped"]})
-
-
-@requires(SentenceShards)
-class TrainVocab(DumpTask):
-    """A WordPiece vocabulary trained (deterministically) on the sentence shards, in shard order. It counts
-    at most vocab.build_vocab's max_chars (200 M characters), whatever the size of the dump."""
-
-    vocab_size = IntParameter(default=30522, description="size of the trained vocabulary")
-    do_lower_case = BoolParameter(default=True, parsing=luigi.BoolParameter.EXPLICIT_PARSING)
-
-    def check_before_work(self) -> None:
-        super().check_before_work()
-        sentences.check_num_shards(self.num_shards)
-        vocab.check_vocab_size(self.vocab_size)
-
-    def output(self):
-        split_name = sentences.split_name(self.num_shards, self.seed, self.min_doc_chars)
-        case = "uncased" if self.do_lower_case else "cased"
-        return ReceiptTarget(self.work_dir / "vocab" / f"{split_name}_{case}_{self.vocab_size}.txt")
-
-    def run(self):
-        shards = sorted(t.path for t in self.input())
-        stats = vocab.build_vocab(shards, self.output().path, vocab_size=self.vocab_size,
-                                  lowercase=self.do_lower_case,
-                                  progress=self.progress("count words for the vocabulary", "characters"))
-        write_receipt(self.output().path, stats=stats)
-
-
 # ---------------------------------------------------------------------------------------------
-# Pre-training instances
+# The BERT stages, bound to the dump
 
-@inherits(TrainVocab)
-class PretrainTask(DumpTask):
-    """Base of the tasks that write one dataset folder: the generation parameters, and the folder,
-    vocabulary and description they give."""
-
-    vocab_file = luigi.OptionalParameter(default=None, description="BERT vocab.txt; trained on the corpus when absent")
-    max_seq_length = IntParameter(default=128)
-    max_predictions_per_seq = IntParameter(default=20)
-    dupe_factor = IntParameter(default=5)
-    masked_lm_prob = FloatParameter(default=0.15)
-    short_seq_prob = FloatParameter(default=0.1)
-    do_whole_word_mask = BoolParameter(default=False)
-    fixed_mask_count = BoolParameter(default=False,
-                                           description="Graphcore's fixed count: a full sequence gets exactly "
-                                                       "max_predictions_per_seq masks (implied by --layout remask)")
-    output_format = ChoiceParameter(default=instances.TFRECORD, choices=(instances.TFRECORD, instances.HDF5),
-                                    description="tfrecord (google-research/bert, Graphcore), or hdf5 (NVIDIA's "
-                                                "PyTorch BERT layout, in the sibling folder ..._hdf5)")
-    layout = ChoiceParameter(default=remask.STANDARD, choices=remask.LAYOUTS,
-                             description="standard, or remask: Graphcore's static-mask TFRecords (sibling folder "
-                                         "..._remask), with Graphcore's fixed mask count")
-    pad_position_value = IntParameter(default=PAD_POSITION_VALUE,
-                                      description="with --layout remask: the input_position of an empty slot")
-
-    def check_before_work(self) -> None:
-        """Every parameter that can be judged before any work: a bad one fails before the download."""
-        super().check_before_work()
-        sentences.check_num_shards(self.num_shards)
-        if not self.vocab_file:
-            vocab.check_vocab_size(self.vocab_size)
-        self.options.check()
-        if self.layout == remask.REMASK:
-            if self.output_format == instances.HDF5:
-                raise PrepError("--output-format hdf5 --layout remask: the remask layout is written as TFRecords "
-                                "(Graphcore's loader reads those); HDF5 holds NVIDIA's standard layout")
-            remask.check_fits(self.options, self.pad_position_value)
-
-    @property
-    def options(self) -> GenerationOptions:
-        """The generation options, with the global seed (each shard's own derives from it). The remask
-        layout implies Graphcore's fixed mask count, as `create-pretraining-data --remask` does: only
-        with it does a full-length sequence fit (remask.check_fits)."""
-        return GenerationOptions.from_object(self, random_seed=self.seed,
-                                             fixed_mask_count=self.fixed_mask_count or self.layout == remask.REMASK)
-
-    @property
-    def dataset_dir(self) -> Path:
-        return self.work_dir / dataset.folder_name(self.options, self.output_format, self.layout)
-
-    def vocab_task(self) -> TrainVocab | None:
-        return None if self.vocab_file else self.clone(TrainVocab)
-
-    def vocab_path(self) -> Path:
-        return Path(self.vocab_file) if self.vocab_file else self.vocab_task().output().path
-
-    def description(self, with_vocab: bool = True) -> dict:
-        """What defines the dataset's content (dataset.describe); a folder made with other values is never
-        mixed with this one. `with_vocab` False leaves out the vocabulary's hash."""
-        return dataset.describe(self.options, self.vocab_path() if with_vocab else None, wiki=self.wiki,
-                                dump_date=self.dump_date, multistream=self.multistream,
-                                extract_slice_mb=self.extract_slice_mb, num_shards=self.num_shards,
-                                min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size,
-                                output_format=self.output_format, layout=self.layout,
-                                pad_position_value=self.pad_position_value)
+class TrainPunkt(WikiTask, bert.TrainPunkt):
+    """bert.TrainPunkt on the extracted articles: it waits for the first part (or slice) alone."""
 
 
-class PretrainShard(PretrainTask):
-    """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): wiki_{i:05d}.tfrecord + .index,
-    or wiki_{i:05d}.hdf5."""
-
-    shard = IntParameter(description="the shard, from 0 to --num-shards - 1")
-
-    def check_before_work(self) -> None:
-        super().check_before_work()
-        sentences.check_shard(self.shard, self.num_shards)
-
-    def requires(self):
-        deps = {"sentences": self.clone(SentenceShard)}
-        if self.vocab_task() is not None:
-            deps["vocab"] = self.vocab_task()
-        return deps
-
-    def output(self):
-        return ReceiptTarget(self.dataset_dir / dataset.shard_name(self.shard, self.output_format))
-
-    def run(self):
-        out = self.output().path
-        seed = dataset.shard_seed(self.seed, self.shard)
-        stats = dataset.write_shard(self.input()["sentences"].path,
-                                    self.vocab_path(), out, dataclasses.replace(self.options, random_seed=seed),
-                                    self.description(), layout=self.layout, pad_position_value=self.pad_position_value,
-                                    progress=self.progress(f"instances {out.name}", "B"))
-        # The index's hash too, taken here where the shard was written, so that PretrainDataset's
-        # manifest reads neither file again (HDF5 shards have no index).
-        index = dataset.shard_index(out)
-        written = {} if index is None else \
-            {"index": {"file": index.name, "size": index.stat().st_size, "sha256": sha256_file(index)}}
-        # The report's figures of this shard, read back here, in parallel with the other shards, so that
-        # PretrainDataset's report only adds them up (wikiprep.stats.file_stats: a few hundred kB at most).
-        self.set_status_message(f"reading {out.name} back for the report")
-        report_stats = record_stats.file_stats(reader.dataset_file(out), out, Vocab.load(self.vocab_path()), tensorflow=False)
-        write_receipt(out, seed=seed, stats=stats, report_stats=report_stats, **written)
+class SentenceShards(WikiTask, bert.SentenceShards):
+    """bert.SentenceShards of the dump."""
 
 
-class PretrainDataset(PretrainTask):
-    """Every shard, then vocab.txt, stats.json and MANIFEST.json, then the report (`report/`: report.html, its
-    plots and figures, outside the manifest): complete when both MANIFEST.json and the report are. A dataset
-    finished before reports existed gets its report on the next run, its files unchanged. Nothing here is
-    proportional to the corpus: the manifest and the report take the shards' hashes and figures from their
-    receipts (`written_files`, `report_stats`)."""
+@inherits(ExtractPart)
+class SplitPart(WikiTask, bert.SplitPiece):
+    """One extracted part (or slice) cleaned, split into sentences and spread over the shards (bert.SplitPiece)."""
 
-    def check_before_work(self) -> None:
-        """A dataset folder that holds another dataset is refused before anything runs. A vocabulary still
-        to be trained has no hash yet, but the parameters it is trained with are in the description.
-        Checked here once, not per shard: Luigi asks this task first, and nothing runs when it refuses."""
-        super().check_before_work()  # the wiki and date first: the folder's path is made of them
-        dataset.check_folder(self.dataset_dir, self.description(with_vocab=bool(self.vocab_file)))
-
-    def requires(self):
-        return [self.clone(PretrainShard, shard=i) for i in range(self.num_shards)]
-
-    def output(self):
-        return {"manifest": ReceiptTarget(self.dataset_dir / "MANIFEST.json"), "report": report_target(self.dataset_dir)}
-
-    def run(self):
-        manifest = self.output()["manifest"]
-        if not manifest.exists():
-            # Their report figures dropped as each is read: the report, below, takes them one at a time.
-            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
-            dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(), [r["stats"] for r in receipts],
-                             self.clone(SentenceShards).stats(), output_format=self.output_format,
-                             known_files=written_files(receipts))
-            write_receipt(manifest.path)
-        if self.output()["report"].exists():  # only the manifest was missing: the report stands
-            return
-        # The shards' figures and hashes from their receipts: no record read, no file hashed here. A shard
-        # whose receipt predates report_stats (a dataset finished before) is read here, that shard alone.
-        read_back, hashes = {}, []
-        for target in self.input():  # one receipt at a time: each holds up to ~1 MB of token counts
-            receipt = target.receipt()
-            if "report_stats" in receipt:
-                read_back[receipt["file"]] = record_stats.compact(receipt.pop("report_stats"))
-            hashes.append(receipt)
-        self.set_status_message(f"the report, from {len(read_back)} of {len(hashes)} shard receipts")
-        commit_report(self.dataset_dir, lambda out: record_stats.write_report(
-            self.dataset_dir, out, name=self.dataset_dir.name, read_back=read_back,
-            known_files=written_files(hashes)))
+    piece = ExtractPart.piece
 
 
-def written_files(shard_receipts: list[dict]) -> dict[str, dict]:
-    """{name: {"sha256", "size"}} of every shard file and index file, as the PretrainShard receipts give them.
-
-    MANIFEST.json takes these instead of hashing the whole dataset again in this one task (214 GB,
-    minutes, for English Wikipedia). Trust: they are what every shard's complete() already relies on
-    (a receipt is committed after its file, and read_receipt checks the file still has the size it
-    names), and build_manifest checks each size again. `wikiprep verify` hashes every file against
-    the manifest independently. A receipt written before indexes were recorded names no index: that
-    index is hashed by finalize, as before.
-    """
-    files = {}
-    for r in shard_receipts:
-        files[r["file"]] = {"sha256": r["sha256"], "size": r["size"]}
-        if "index" in r:
-            files[r["index"]["file"]] = {"sha256": r["index"]["sha256"], "size": r["index"]["size"]}
-    return files
+class SplitDump(WikiTask, bert.SplitCorpus):
+    """Every piece of the dump split, and judged with the extraction's figures (bert.SplitCorpus)."""
 
 
-class Pretrain128(PretrainDataset):
-    """PretrainDataset at its defaults: sequences of 128 tokens, 20 predictions."""
+class SentenceShard(WikiTask, bert.SentenceShard):
+    """bert.SentenceShard: slices partition their part in page order, so the shards are the same bytes whether
+    parts were sliced or not."""
 
 
-class Pretrain384(PretrainDataset):
-    max_seq_length = IntParameter(default=384)
-    max_predictions_per_seq = IntParameter(default=56)
+class TrainVocab(WikiTask, bert.TrainVocab):
+    """bert.TrainVocab on the dump's sentence shards."""
 
 
-class Pretrain512(PretrainDataset):
-    max_seq_length = IntParameter(default=512)
-    max_predictions_per_seq = IntParameter(default=76)
+class PretrainShard(WikiTask, bert.PretrainShard):
+    """bert.PretrainShard: wiki_{i:05d}.tfrecord + .index, or wiki_{i:05d}.hdf5."""
+
+
+class PretrainDataset(WikiTask, bert.PretrainDataset):
+    """bert.PretrainDataset in DATA/{wiki}-{date}/seq{L}_mask{M}_dup{D}[_hdf5|_remask]/."""
+
+
+class Pretrain128(PretrainDataset, bert.Pretrain128):
+    """A dump's dataset of sequences of 128 tokens, 20 predictions (`make wiki-128`)."""
+
+
+class Pretrain384(PretrainDataset, bert.Pretrain384):
+    """A dump's dataset of sequences of 384 tokens, 56 predictions (`make wiki-384`)."""
+
+
+class Pretrain512(PretrainDataset, bert.Pretrain512):
+    """A dump's dataset of sequences of 512 tokens, 76 predictions (`make wiki-512`)."""
