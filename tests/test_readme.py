@@ -1,9 +1,10 @@
-"""The README's "Reading the outputs" snippets, each run as written on a dataset made by the command line.
+"""The README and docs/: the readers' snippets run as written, the README stays short, and every relative link lands.
 
-A snippet is the ```python block after a `<!-- reading: NAME -->` line. Each runs in a subprocess whose working
-folder holds what its paths name (`wiki_00000.hdf5`, `remask/*.tfrecord`, a two-shard dataset folder
-`seq128_mask20_dup5/` with its index files, an ImageNet output folder `imagenet/`), and must print what the records
-themselves say, read here without the consumer's code.
+A snippet is the ```python block after a `<!-- reading: NAME -->` line in docs/outputs.md ("Reading the outputs").
+Each runs in a subprocess whose working folder holds what its paths name (`wiki_00000.hdf5`, `remask/*.tfrecord`, a
+two-shard dataset folder `seq128_mask20_dup5/` with its index files, an ImageNet output folder `imagenet/`), and
+must print what the records themselves say, read here without the consumer's code. The README shows one of them,
+marked the same way, and it must be the tested one, character for character.
 """
 
 from __future__ import annotations
@@ -31,14 +32,75 @@ TEXT = FIXTURES / "inputs" / "sample_text.txt"
 DATASET = "seq128_mask20_dup5"
 
 
-def snippets() -> dict[str, str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+READING = DOCS / "outputs.md"  # where the per-consumer snippets live
+README_MAX_LINES = 250
+
+
+def snippets(path: Path = READING) -> dict[str, str]:
+    text = path.read_text(encoding="utf-8")
     return dict(re.findall(r"<!-- reading: ([\w-]+) -->\n```python\n(.*?)\n```", text, re.S))
 
 
-def test_the_readme_has_a_snippet_per_consumer():
+def test_the_docs_have_a_snippet_per_consumer():
     assert set(snippets()) == {"nvidia-hdf5", "graphcore-static-mask", "google-bert-tfdata", "tfdata-batched",
                                "graphcore-tf2-bert", "graphcore-tf2-cnn", "tfrecord-index", "dali-index"}
+
+
+def test_the_readme_example_is_a_tested_snippet():
+    shown = snippets(README)
+    assert shown, "the README shows how a trainer reads the outputs, marked <!-- reading: NAME -->"
+    tested = snippets()
+    for name, code in shown.items():
+        assert code == tested.get(name), f"README's {name!r} snippet differs from {READING.relative_to(REPO)}'s"
+
+
+def test_the_readme_is_short():
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move reference into docs/ (at most {README_MAX_LINES})"
+
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
+_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def _anchors(text: str) -> set[str]:
+    """The heading anchors GitHub makes: lower case, punctuation but - and _ dropped, spaces to -, repeats -1, -2."""
+    seen: dict[str, int] = {}
+    anchors = set()
+    for heading in re.findall(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", _FENCE.sub("", text), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def _markdown_files() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+@pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_lands(path):
+    """Each relative link names a file that exists, and a heading of it when it has an #anchor."""
+    broken = []
+    for target in _LINK.findall(_FENCE.sub("", path.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text(encoding="utf-8")):
+            broken.append(f"{target}: no heading #{anchor} in {linked.relative_to(REPO)}")
+    assert not broken, f"{path.relative_to(REPO)}: {broken}"
+
+
+def test_the_readme_links_every_doc():
+    text = README.read_text(encoding="utf-8")
+    missing = [p.name for p in sorted(DOCS.glob("*.md")) if f"(docs/{p.name})" not in text]
+    assert not missing, f"README's table of docs/ lacks {missing}"
 
 
 @pytest.fixture(scope="module")
