@@ -1,5 +1,5 @@
-"""The README's Layout holds: imports (and the C sources' includes) point down the package list, the data
-libraries stay light, and the sdist holds what the C extensions include.
+"""The Layout table (docs/architecture.md, "Layout") holds: imports (and the C sources' includes) point down the
+package list, the data libraries stay light, and the sdist holds what the C extensions include.
 
 Read from the source with `ast` (every import statement, also those inside functions), so a
 new module that reaches the wrong way fails here before anyone depends on it.
@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 OURS = {"shardkit", "wikiprep", "imagenet_prep", "trainers", "workflows", "testkit"}
 
-# What each package may import of ours (README, "Layout").
+# What each package may import of ours: the "imports of ours" column of docs/architecture.md's Layout table.
 ALLOWED = {
     "shardkit": set(),
     "wikiprep": {"shardkit"},
