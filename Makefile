@@ -59,6 +59,18 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# One tier of `make test` each (markers given by TIERS in tests/conftest.py): the libraries (a few minutes),
+# end to end through the command lines and the benchmarks' scripts, and the tests that run luigid or an HTTP server.
+.PHONY: test-unit test-e2e test-daemons
+test-unit: setup
+	$(BIN)/python -m pytest -q -m unit
+
+test-e2e: setup
+	$(BIN)/python -m pytest -q -m e2e
+
+test-daemons: setup
+	$(BIN)/python -m pytest -q -m daemons
+
 # Every report of the demo's datasets rendered by headless Chromium, as a user's browser shows it, into
 # $(SCREENSHOTS_DIR)/<dataset>.png: look at them after changing a report. Installs Debian's chromium when
 # missing (needs root); runs `make demo` first when the demo has not been made.

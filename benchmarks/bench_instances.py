@@ -29,7 +29,7 @@ from array import array
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "google-reference"
+FIXTURES = REPO / "tests" / "fixtures" / "google-reference"
 sys.path.insert(0, str(REPO))  # this checkout's packages, not an installed copy, in every child
 
 

@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks" / "anchors"))
 from chain import run_anchor_chain, xml_size  # noqa: E402  (benchmarks/ is not a package)
 
-FIXTURE_VOCAB = REPO.parent / "shared" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
+FIXTURE_VOCAB = REPO / "tests" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
 SYNTHETIC_DATE = "20260101"
 SETTINGS = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5, random_seed=12345)
 

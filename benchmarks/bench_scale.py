@@ -58,7 +58,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's packages, in this process and in every child
-FIXTURE_VOCAB = REPO.parent / "shared" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
+FIXTURE_VOCAB = REPO / "tests" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
 DATE = "20260101"
 SEED = 12345
 SETTINGS = dict(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=5)

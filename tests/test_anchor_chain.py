@@ -25,8 +25,7 @@ import pytest
 from wikiprep.wikipedia.samples import write_sample_dump
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
 ANCHORS = REPO / "benchmarks" / "anchors"
 
 # Decodes every record of each file given and prints {path: [features, ...]} as JSON.
@@ -58,8 +57,6 @@ def _decode(paths) -> dict:
 
 @pytest.fixture
 def vocab() -> Path:
-    if not VOCAB.is_file():
-        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
     return VOCAB
 
 

@@ -6,15 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
-VOCAB = REPO.parent / "shared" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
 
 
 def test_bench_pipeline_reports_every_stage(tmp_path):
-    if not VOCAB.is_file():
-        pytest.skip(f"needs the reference vocabulary at {VOCAB} (../shared is absent)")
     out = tmp_path / "report.json"
     r = subprocess.run([sys.executable, "benchmarks/bench_pipeline.py", "--xml-mb", "0.6", "--parts", "1",
                         "--multistream", "--slice-mb", "0.05", "--num-shards", "2", "--skip-anchors",
@@ -35,8 +30,6 @@ def test_bench_pipeline_reports_every_stage(tmp_path):
 
 def test_bench_pipeline_takes_a_downloaded_dump(tmp_path):
     """--dump-dir: any dump folder in the dumps-site layout (here the embedded sample, as dewiki)."""
-    if not VOCAB.is_file():
-        pytest.skip(f"needs the reference vocabulary at {VOCAB} (../shared is absent)")
     from wikiprep.wikipedia.samples import write_sample_dump
 
     folder = write_sample_dump(tmp_path / "site", wiki="dewiki", date="20250301")

@@ -21,15 +21,12 @@ from shardkit.example import FLOAT, INT64, encode_example
 from shardkit.records import read_records, write_records
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
 INPUTS = FIXTURES / "inputs"
 
 
 @pytest.fixture(scope="module")
 def fixtures() -> Path:
-    if not (FIXTURES / "cases.json").is_file():
-        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
     return FIXTURES
 
 

@@ -24,8 +24,7 @@ from wikiprep.options import GenerationOptions
 from wikiprep.schema import HDF5_DTYPES
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
 INPUTS = [str(FIXTURES / "inputs" / "sample_text.txt"), str(FIXTURES / "inputs" / "synthetic_docs.txt")]
 OPTIONS = GenerationOptions(random_seed=7, dupe_factor=2)
 SMALL_CHUNK = 7  # rows per chunk in the run that crosses many block boundaries
@@ -35,8 +34,6 @@ SMALL_CHUNK = 7  # rows per chunk in the run that crosses many block boundaries
 def made(tmp_path_factory) -> dict:
     """The same instances round-robin over three TFRecord files, three HDF5 files, and three HDF5 files written
     in 7-row chunks (with every block the writer was handed)."""
-    if not VOCAB.is_file():
-        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
     folder = tmp_path_factory.mktemp("hdf5")
     runs = {"tfrecord": [folder / f"part{i}.tfrecord" for i in range(3)],
             "hdf5": [folder / f"part{i}.hdf5" for i in range(3)],
@@ -145,8 +142,6 @@ def test_same_bytes_on_every_run_whatever_the_timing(made, tmp_path):
 
 
 def test_an_output_without_instances_is_an_empty_file_nvidias_reader_reads(tmp_path):
-    if not VOCAB.is_file():
-        pytest.skip("google-reference fixtures absent")
     text = tmp_path / "two.txt"
     text.write_text("The old city is north of the river.\nIt was new.\n\nA city is in the south.\nIt is old.\n")
     outs = [tmp_path / f"w{i}.hdf5" for i in range(12)]

@@ -27,7 +27,7 @@ from testkit.archives import tar_bytes
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "imagenet"
+from fixture_paths import IMAGENET as SHARED  # noqa: E402  (tests/fixtures/imagenet: the lists, from outside the package)
 
 # A devkit-style meta.mat written by scipy.io.savemat (do_compression=True, format 5): struct array
 # `synsets` with the devkit's fields. Its 10 leaf synsets (the Imagenette classes) have
@@ -320,8 +320,6 @@ def test_packaged_synsets_and_names_match_the_shared_fixture():
     assert len(synsets) == 1000 and synsets == sorted(synsets)
     assert synsets.index("n01440764") + 1 == 1 and synsets.index("n01751748") + 1 == 66
     assert labels.load_names(synsets)["n01440764"] == "tench, Tinca tinca"
-    if not SHARED.is_dir():
-        pytest.skip(f"{SHARED} absent: cannot compare the packaged lists with the shared fixture")
     pkg = Path(labels.__file__).parent / "data"
     for name in ("ilsvrc2012_synsets.txt", "ilsvrc2012_synset_names.tsv"):
         assert (pkg / name).read_bytes() == (SHARED / name).read_bytes()
@@ -405,8 +403,6 @@ def test_every_validation_label_source_gives_identical_shards(tmp_path, tf):
 
 def test_shared_tf_validation_labels_fixture_parses(tmp_path):
     path = SHARED / "ilsvrc2012_validation_labels.txt"
-    if not path.is_file():
-        pytest.skip(f"{path} absent")
     by_stem, kind = labels.read_validation_labels(path, labels.load_synsets())
     assert kind == "tf" and len(by_stem) == 50_000
     assert by_stem["ILSVRC2012_val_00000001"] == "n01751748"

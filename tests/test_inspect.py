@@ -25,8 +25,7 @@ import pytest
 from imagenet_prep import samples as imagenet_samples
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
 INPUTS = FIXTURES / "inputs"
 ANCHORS = REPO / "benchmarks" / "anchors"
 CASE = "sample_128_dup5_seed12345"  # 60 instances, seq 128, 20 predictions
@@ -48,8 +47,6 @@ def run(program: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def fixtures() -> Path:
-    if not (FIXTURES / "cases.json").is_file():
-        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
     return FIXTURES
 
 

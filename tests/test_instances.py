@@ -1,6 +1,6 @@
 """wikiprep.instances and wikiprep.tokenization against google-research/bert's reference output.
 
-The fixtures (../shared/fixtures/google-reference) hold the instances the original
+The fixtures (tests/fixtures/google-reference) hold the instances the original
 create_pretraining_data.py wrote for 9 flag combinations; every feature of every instance must
 match. `testkit/reference_bert.py` holds a plain port of the original (strings, character by
 character) used here as an independent oracle for inputs and flags the fixtures do not cover.
@@ -27,15 +27,13 @@ from wikiprep.options import GenerationOptions as Opts
 from shardkit.records import check_index, read_records
 from wikiprep.tokenization import FullTokenizer, Vocab
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-CASES = json.loads((FIXTURES / "cases.json").read_text()) if (FIXTURES / "cases.json").is_file() else None
-CASE_NAMES = [c["name"] for c in CASES["cases"]] if CASES else ["(fixtures absent)"]
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES  # noqa: E402
+CASES = json.loads((FIXTURES / "cases.json").read_text())
+CASE_NAMES = [c["name"] for c in CASES["cases"]]
 
 
 @pytest.fixture(scope="module")
 def fixtures() -> Path:
-    if CASES is None:
-        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
     return FIXTURES
 
 

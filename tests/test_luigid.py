@@ -33,7 +33,7 @@ from testkit.synthetic_dump import write_synthetic_dump
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-VOCAB = REPO.parent / "shared" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
+from fixture_paths import REFERENCE_VOCAB as VOCAB  # noqa: E402
 WIKI, DATE = "enwiki", "20260101"
 DATASET = Path(f"{WIKI}-{DATE}") / "seq128_mask20_dup5"
 
@@ -175,8 +175,6 @@ class Workers:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    if not VOCAB.is_file():
-        pytest.skip(f"{VOCAB} is absent: the google-reference fixtures live in the shared folder beside the repo")
     root = tmp_path_factory.mktemp("site")
     write_synthetic_dump(root, WIKI, DATE, xml_mb=2.0, parts=4)
     return root

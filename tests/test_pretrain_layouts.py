@@ -26,7 +26,7 @@ from workflows import DEMO_DATE, DEMO_WIKI
 
 REPO = Path(__file__).resolve().parents[1]
 LUIGI = str(Path(sys.executable).with_name("luigi"))
-VOCAB = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
+from fixture_paths import REFERENCE_VOCAB as VOCAB  # noqa: E402
 WORK = f"{DEMO_WIKI}-{DEMO_DATE}"
 # Every run below uses --fixed-mask-count (given, or implied by --layout remask): the standard dataset the
 # remask one is undone into is the one made with it, not the default's.
@@ -49,8 +49,6 @@ def pretrain(site: Path, data: Path, *extra: str, workers: int = 2):
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> dict:
-    if not VOCAB.is_file():
-        pytest.skip(f"{VOCAB} is absent: the google-reference fixtures live in the shared folder beside the repo")
     root = tmp_path_factory.mktemp("layouts")
     write_sample_dump(root / "site", DEMO_WIKI, DEMO_DATE)
     for name, extra in RUNS.items():

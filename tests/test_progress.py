@@ -32,9 +32,8 @@ from wikiprep.wikipedia import extract
 from wikiprep.options import GenerationOptions
 from wikiprep.tokenization import Vocab
 
-FIXTURES = REPO.parent / "shared" / "fixtures" / "google-reference"
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
-INPUTS = sorted((FIXTURES / "inputs").glob("*.txt"))
+from fixture_paths import REFERENCE_INPUTS, REFERENCE_VOCAB as VOCAB  # noqa: E402
+INPUTS = sorted(REFERENCE_INPUTS.glob("*.txt"))
 WIKI, DATE = "enwiki", "20260101"
 OPTS = GenerationOptions(max_seq_length=128, max_predictions_per_seq=20, dupe_factor=3, random_seed=7)
 STAGE_LINE = r"[\d,]+ {unit}, [\d,.]+ MB in [\d.]+ s \([\d,.]+ MB/s\)"
@@ -62,8 +61,6 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    if not VOCAB.is_file():
-        pytest.skip(f"{VOCAB} is absent: the google-reference fixtures live in the shared folder beside the repo")
     root = tmp_path_factory.mktemp("site")
     write_synthetic_dump(root, WIKI, DATE, xml_mb=0.6, parts=2)
     return root

@@ -14,6 +14,8 @@ from nltk.tokenize.punkt import PunktLanguageVars, PunktToken
 from wikiprep import punkt_training, sentences
 from wikiprep.punkt_regex import PlainRegexLanguageVars, PlainRegexToken
 
+from fixture_paths import REFERENCE_INPUTS
+
 # What `benchmarks/bench_pipeline.py` leaves in this checkout (skipped without it)
 BENCH_PART = Path(__file__).resolve().parent.parent / "benchmarks" / "work" / "ours" / "enwiki-20260101" / "extracted"
 
@@ -119,8 +121,8 @@ def test_fast_word_regex_finds_nltks_words():
         [stock.word_tokenize(line) for line in lines[-2000:]]
 
 
-def test_bulk_training_equals_nltk_on_the_fixture_texts(shared_dir):
-    for path in sorted((shared_dir / "fixtures" / "google-reference" / "inputs").glob("*.txt")):
+def test_bulk_training_equals_nltk_on_the_fixture_texts():
+    for path in sorted(REFERENCE_INPUTS.glob("*.txt")):
         text = path.read_text(encoding="utf-8")
         assert bulk_model(text) == nltk_model(text), path.name
 
@@ -137,9 +139,9 @@ def test_bulk_training_equals_nltk_on_the_benchmark_sample():
     assert len(ours["abbrev_types"]) > 10 and len(ours["ortho_context"]) > 1000
 
 
-def test_train_punkt_writes_the_same_bytes_whatever_the_hash_seed(shared_dir, tmp_path):
+def test_train_punkt_writes_the_same_bytes_whatever_the_hash_seed(tmp_path):
     """Types reach nltk's decisions in set order; the model must not depend on it."""
-    text = (shared_dir / "fixtures" / "google-reference" / "inputs" / "synthetic_docs.txt").read_text()
+    text = (REFERENCE_INPUTS / "synthetic_docs.txt").read_text()
     sample = tmp_path / "sample.json"
     sample.write_text(json.dumps([text[:100_000], tricky_text(5, 500)]))
     code = ("import json, sys; from wikiprep import sentences; "

@@ -24,8 +24,7 @@ from shardkit.records import read_records
 from wikiprep.cli import main as wikiprep_main
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
 TEXT = FIXTURES / "inputs" / "sample_text.txt"
 
 
@@ -106,8 +105,6 @@ def test_the_readme_links_every_doc():
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """wiki_00000.hdf5, remask/wiki_00000.tfrecord (+ .index) and standard.tfrecord: one run's flags each."""
-    if not VOCAB.is_file():
-        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
     root = tmp_path_factory.mktemp("reading")
     (root / "remask").mkdir()
     (root / DATASET).mkdir()

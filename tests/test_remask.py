@@ -4,7 +4,6 @@ into the standard record made with the same parameters, and byte-equal to Graphc
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,8 +17,7 @@ from wikiprep.instances import write_pretraining_files
 from wikiprep.options import GenerationOptions
 from wikiprep.schema import GRAPHCORE_STATIC_MASK_FEATURES, REMASK_INSTANCE
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
 INPUTS = [str(FIXTURES / "inputs" / "sample_text.txt"), str(FIXTURES / "inputs" / "synthetic_docs.txt")]
 
 # (max_seq_length, max_predictions_per_seq, pad_position_value): Graphcore's phase 1, and a short one with its own pad.
@@ -29,8 +27,6 @@ SETTINGS = [(128, 20, 384), (48, 9, 48)]
 @pytest.fixture(scope="module", params=SETTINGS, ids=[f"seq{s}_mask{p}_pad{v}" for s, p, v in SETTINGS])
 def made(request, tmp_path_factory) -> dict:
     """Standard records made with --fixed_mask_count and remask records from the same options, two files each."""
-    if not VOCAB.is_file():
-        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
     seq, pred, pad = request.param
     options = GenerationOptions(max_seq_length=seq, max_predictions_per_seq=pred, fixed_mask_count=True,
                                 random_seed=3, dupe_factor=2)

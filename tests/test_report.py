@@ -23,8 +23,7 @@ from shardkit.records import read_records
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
 INPUTS = FIXTURES / "inputs"
 SEQ, PRED = 128, 20
 
@@ -99,8 +98,6 @@ def pct(n: int, total: int) -> str:
 def bert(tmp_path_factory) -> dict[str, Path]:
     """The same instances (fixed mask count, so some instances reach 20 masks) as standard TFRecords, remask
     TFRecords and HDF5: three dataset folders with vocab.txt, dataset.json and MANIFEST.json."""
-    if not (FIXTURES / "cases.json").is_file():
-        pytest.skip(f"{FIXTURES} is absent: the google-reference fixtures live in the shared folder beside the repo")
     root = tmp_path_factory.mktemp("bert")
     folders = {}
     for name, suffix, flags in (("standard", ".tfrecord", ["--fixed_mask_count"]),

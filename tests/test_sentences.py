@@ -191,7 +191,7 @@ from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_BEG_UC, _ORTHO_MID_LC, _O
                                  _ORTHO_UNK_UC, PunktParameters, PunktSentenceTokenizer)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-INPUTS = os.path.join(REPO, "..", "shared", "fixtures", "google-reference", "inputs")
+from fixture_paths import REFERENCE_INPUTS as INPUTS  # noqa: E402
 BENCH_WORK = os.path.join(REPO, "benchmarks", "work")
 
 
@@ -300,8 +300,6 @@ def test_splitter_equals_stock_punkt_on_random_text():
 def test_splitter_equals_stock_punkt_on_fixture_text(extracted, tmp_path):
     """The google-reference inputs (prose, CJK, control and zero-width characters), line by line and as
     whole multi-line documents, with a model trained on the sample dump."""
-    if not os.path.isdir(INPUTS):
-        pytest.skip(f"{INPUTS} is absent: the google-reference fixtures live in the shared folder beside the repo")
     model = tmp_path / "punkt.json"
     sentences.train_punkt(sentences.punkt_sample([extracted], min_chars=200), model)
     params = sentences.load_punkt(model)._params

@@ -28,13 +28,11 @@ from wikiprep.instances import write_pretraining_files
 from wikiprep.options import GenerationOptions as Opts
 from wikiprep.tokenization import FullTokenizer, Vocab
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "google-reference"
-CASES = json.loads((FIXTURES / "cases.json").read_text())["cases"] if (FIXTURES / "cases.json").is_file() else []
-VOCAB = FIXTURES / "bert-base-uncased-vocab.txt"
+from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
+CASES = json.loads((FIXTURES / "cases.json").read_text())["cases"]
 SAMPLE, SYNTHETIC = FIXTURES / "inputs" / "sample_text.txt", FIXTURES / "inputs" / "synthetic_docs.txt"
 
 needs_extension = pytest.mark.skipif(not speedups.built(), reason="wikiprep._speedups is not built (no C compiler)")
-needs_fixtures = pytest.mark.skipif(not VOCAB.is_file(), reason=f"{FIXTURES} is absent")
 
 
 def _cc_found() -> bool:
@@ -92,7 +90,6 @@ def _both(monkeypatch, tmp_path: Path, inputs: list, vocab, opts: Opts, names=("
 # The reference fixtures, both paths
 
 @needs_extension
-@needs_fixtures
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_both_paths_write_the_fixture_instances(monkeypatch, tmp_path, case):
     with gzip.open(FIXTURES / "expected" / f"{case['name']}.jsonl.gz", "rt", encoding="utf-8") as f:
@@ -139,7 +136,6 @@ OPTION_SETS = {
 
 
 @needs_extension
-@needs_fixtures
 @pytest.mark.parametrize("name", OPTION_SETS)
 def test_both_paths_agree_on_every_option(monkeypatch, tmp_path, name):
     inputs = [SAMPLE, _odd_input(tmp_path / "odd.txt"), SAMPLE]
@@ -149,7 +145,6 @@ def test_both_paths_agree_on_every_option(monkeypatch, tmp_path, name):
 
 
 @needs_extension
-@needs_fixtures
 @pytest.mark.parametrize("flags", [dict(max_seq_length=384, max_predictions_per_seq=56, random_seed=2),
                                    dict(max_seq_length=32, max_predictions_per_seq=29, masked_lm_prob=1.0,
                                         random_seed=7, short_seq_prob=0.5)])
@@ -160,7 +155,6 @@ def test_both_paths_agree_on_the_remask_layout(monkeypatch, tmp_path, flags):
 
 
 @needs_extension
-@needs_fixtures
 @pytest.mark.parametrize("name", ["whole_word_128", "short_always_64"])
 def test_both_paths_agree_on_hdf5(monkeypatch, tmp_path, name):
     files = _both(monkeypatch, tmp_path, [SAMPLE, SYNTHETIC], VOCAB, Opts(**OPTION_SETS[name]),
@@ -221,7 +215,6 @@ def test_shuffle_draws_as_random_shuffle_and_leaves_the_same_state(n):
 
 
 @needs_extension
-@needs_fixtures
 def test_the_tokenizer_loop_gives_the_python_loop_ids_whatever_its_table_holds(tmp_path):
     edge = ["Der Große Preis, ΟΔΟΣ ΣΟΦΟΣ; Σ.", "\u200b", "\x1c", "nbsp\u00a0space, tab\tsep, NUL\x00in, bad\ufffd.",
             "漢字とかなの混じった文。", "ﬁne İstanbul Œuvre naïve café", "x" * 201 + " " + "y" * 200, "a\rb\x0b c\x85d"]
@@ -268,12 +261,12 @@ PUNCTUATION = "".join(chr(c) for c in range(33, 127) if not chr(c).isalnum())
 def test_the_compiled_tokenizer_computes_a_printable_ascii_chunk_as_chunk_packed(tmp_path, lower):
     """Chunks missing from the table are computed in C (lower-casing, punctuation split, WordPiece): the same
     ids as FullTokenizer.chunk_packed, over a tiny vocabulary ([UNK]s, `##` pieces, upper-case tokens, a long
-    token widening the window), the BERT one when present, and a table emptied again and again."""
+    token widening the window), the BERT one (the fixtures'), and a table emptied again and again."""
     tiny = tmp_path / "tiny.txt"
     tiny.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "ab", "abab", "##a", "##b",
                                "##ab", "##ba", "##bab", "A", "AB", "##B", "##Ab", "1", "##1", "12", "##2", "-", ".",
                                "!", "##!", "~", "a" * 30, "##" + "b" * 28]) + "\n")  # two tokens of the longest length (30): the windows meet their edges
-    vocabs = [Vocab(tiny)] + ([Vocab(VOCAB)] if VOCAB.is_file() else [])
+    vocabs = [Vocab(tiny), Vocab(VOCAB)]
     rng = random.Random(15)
     alphabets = ["abAB12" + PUNCTUATION, "ab", "aB!", "xyz" + PUNCTUATION[:5], "abcdefghijklmnopqrstuvwxyz0123456789"]
     chunks = [_random_ascii_chunk(rng, rng.choice(alphabets)) for _ in range(4000)]
