@@ -1,4 +1,4 @@
-"""A real HTTP server for tests: serves a dumps-site folder on 127.0.0.1 and injects faults.
+"""A real HTTP server for tests: serves a folder (a dumps site, or any files) on 127.0.0.1 and injects faults.
 
     with DumpServer(root) as srv:
         srv.add_fault("/enwiki/20240101/x.bz2", "drop", after=1000)    # once by default
@@ -194,7 +194,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class DumpServer:
-    """Serves `root` (a dumps-site folder) at `self.url` on 127.0.0.1, on a free port."""
+    """Serves `root` (a dumps-site folder, or any other) at `self.url` on 127.0.0.1, on a free port."""
 
     def __init__(self, root: Path):
         self.root = Path(root).resolve()

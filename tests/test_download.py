@@ -1,4 +1,6 @@
-"""wikiprep.wikipedia.dump against a real HTTP server on 127.0.0.1 (tests/dumpserver.py) and file:// URLs."""
+"""Downloads against a real HTTP server on 127.0.0.1 (tests/dumpserver.py) and file:// URLs: a Wikipedia dump
+through wikiprep.wikipedia.dump (the user-facing path, with its error lines), then the machinery under it,
+shardkit.fetch, called directly as any other source calls it (a plain file, a size and a sha256)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ import pytest
 
 from dumpserver import DumpServer
 from wikiprep import __version__
+from shardkit import fetch
 from shardkit.atomic import read_receipt, receipt_path
 from wikiprep.wikipedia.dump import (
     SMALL_FILE_CAP,
-    FileAdapter,
     Part,
     check_dump_id,
     default_user_agent,
@@ -94,8 +96,9 @@ def assert_clean(dest: Path, name: str, data: bytes | None) -> None:
     else:
         assert final.read_bytes() == data
         r = read_receipt(final)
-        assert r is not None and r["sha1"] == hashlib.sha1(data).hexdigest() and r["size"] == len(data)
+        assert r is not None and r["sha256"] == hashlib.sha256(data).hexdigest() and r["size"] == len(data)
         assert not (dest / f"{name}.part").exists() and not (dest / f"{name}.part.json").exists()
+    assert not (dest / f"{name}.part.lock").exists()
     assert not [p for p in dest.glob("*.tmp-*")], "temporary files left behind"
 
 
@@ -135,69 +138,6 @@ def test_plain_download_then_committed_part_returns_at_once(site):
     again = fetch_part(srv.url, WIKI, DATE, parts[0], dest, **FAST)
     assert again == read_receipt(dest / BIG)
     assert len(srv.log) == n, "a committed part was requested again"
-
-
-def test_dropped_connection_resumes_with_range(site):
-    srv, files, dest = site
-    part = _status_and_parts(srv, dest)[BIG]
-    srv.add_fault(url_path(BIG), "drop", after=70_000)
-    fetch_part(srv.url, WIKI, DATE, part, dest, **FAST)
-    assert_clean(dest, BIG, files[BIG])
-    first, second = srv.log_for(url_path(BIG))
-    assert first.status == 200 and first.body_sent == 70_000
-    # The client resumes from what it wrote: whole chunks of what arrived (urllib3 drops the
-    # partial chunk that was being read when the connection broke).
-    start = second.range_start
-    assert 70_000 - FAST["chunk_size"] < start <= 70_000
-    assert second.headers.get("Range") == f"bytes={start}-"
-    assert second.headers.get("If-Range") == '"' + hashlib.sha1(files[BIG]).hexdigest()[:16] + '"'
-    assert second.status == 206 and second.body_sent == len(files[BIG]) - start  # the rest, not the whole file
-
-
-def test_interrupted_run_resumes_in_the_next_call(site):
-    srv, files, dest = site
-    part = _status_and_parts(srv, dest)[BIG]
-    srv.add_fault(url_path(BIG), "drop", after=50_000)
-    with pytest.raises(PrepError, match=rf"giving up on {BIG} .* after 0 retries"):
-        fetch_part(srv.url, WIKI, DATE, part, dest, retries=0, **FAST)
-    had = (dest / f"{BIG}.part").read_bytes()
-    assert 0 < len(had) <= 50_000 and files[BIG].startswith(had)
-    assert_clean(dest, BIG, None)
-
-    fetch_part(srv.url, WIKI, DATE, part, dest, **FAST)  # a new call hashes the .part and resumes
-    assert_clean(dest, BIG, files[BIG])
-    first, last = srv.log_for(url_path(BIG))
-    assert last.headers.get("Range") == f"bytes={len(had)}-" and "If-Range" in last.headers and last.status == 206
-    assert last.body_sent == len(files[BIG]) - len(had)
-
-
-def test_changed_file_restarts_from_scratch(site, tmp_path):
-    srv, files, dest = site
-    old = files[BIG]
-    new = old[:10] + bytes(b ^ 0x55 for b in old[10:])  # same size and magic, other bytes from byte 10 on
-    status = json.loads((tmp_path / "site" / WIKI / DATE / "dumpstatus.json").read_text())
-    status["jobs"]["articlesdump"]["files"][BIG] = _entry(BIG, new, True)
-    parts = {p.name: p for p in list_parts(status, WIKI, DATE)}
-    # The old file is cut after 60 000 bytes, then replaced on the server (new ETag).
-    srv.add_fault(url_path(BIG), "drop", after=60_000)
-    srv.add_fault(url_path(BIG), "replace", data=new)
-    fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
-    assert_clean(dest, BIG, new)
-    first, second = srv.log_for(url_path(BIG))
-    assert 0 < second.range_start <= 60_000 and second.headers["If-Range"] == '"' + hashlib.sha1(old).hexdigest()[:16] + '"'
-    assert second.status == 200 and second.body_sent == len(new)  # stale validator: whole new file
-
-
-def test_timeout_is_retried_and_resumed(site):
-    srv, files, dest = site
-    part = _status_and_parts(srv, dest)[BIG]
-    srv.add_fault(url_path(BIG), "stall", after=40_000, seconds=1.5)
-    fetch_part(srv.url, WIKI, DATE, part, dest, timeout=0.3, **FAST)
-    assert_clean(dest, BIG, files[BIG])
-    first, last = srv.log_for(url_path(BIG))
-    start = last.range_start
-    assert 40_000 - FAST["chunk_size"] < start <= 40_000 and last.status == 206
-    assert last.body_sent == len(files[BIG]) - start
 
 
 def test_corrupt_body_is_fetched_again_then_fails_naming_the_file(site):
@@ -252,32 +192,6 @@ def test_wrong_size_on_the_server_is_rejected(site, tmp_path):
     with pytest.raises(PrepError, match=rf"serves {len(files[name]) - 10} bytes of {name}, dumpstatus.json says {len(files[name])}"):
         fetch_part(srv.url, WIKI, DATE, parts[name], dest, **FAST)
     assert_clean(dest, name, None)
-
-
-@pytest.mark.parametrize("code, retry_after, waits", [
-    (503, "1", 0.95),
-    (429, email.utils.formatdate(time.time() - 60, usegmt=True), 0),  # an HTTP date already past: no wait
-])
-def test_503_with_retry_after_is_retried(site, code, retry_after, waits):
-    srv, files, dest = site
-    parts = _status_and_parts(srv, dest)
-    srv.add_fault(url_path(BIG), "status", code=code, headers={"Retry-After": retry_after})
-    t0 = time.monotonic()
-    fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, backoff_base=3, max_wait=5, chunk_size=16 * 1024, progress_bar=False)
-    elapsed = time.monotonic() - t0
-    assert waits <= elapsed < 2.5, "Retry-After was not honoured (the back-off base would wait 3 s)"
-    assert [s.status for s in srv.log_for(url_path(BIG))] == [code, 200]
-    assert_clean(dest, BIG, files[BIG])
-
-
-def test_persistent_503_gives_up(site):
-    srv, files, dest = site
-    parts = _status_and_parts(srv, dest)
-    srv.add_fault(url_path(BIG), "status", times=None, code=503)
-    with pytest.raises(PrepError, match=rf"giving up on {BIG} from .* after 2 retries: HTTP 503"):
-        fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, retries=2, **FAST)
-    assert len(srv.log_for(url_path(BIG))) == 3
-    assert_clean(dest, BIG, None)
 
 
 def test_status_fetch_retries_503(site):
@@ -419,49 +333,6 @@ def test_file_url_dump(tmp_path, capsys):
         fetch_dump_status(url, WIKI, "19990101", tmp_path / "dl4")
 
 
-def test_final_file_without_receipt_is_verified_not_refetched(site):
-    srv, files, dest = site
-    parts = _status_and_parts(srv, dest)
-    (dest / BIG).write_bytes(files[BIG])  # renamed into place, killed before the receipt
-    n = len(srv.log)
-    receipt = fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
-    assert len(srv.log) == n and receipt["sha1"] == parts[BIG].sha1
-    assert_clean(dest, BIG, files[BIG])
-    (dest / SPLIT[1]).write_bytes(b"half")  # a wrong file under the final name is replaced
-    fetch_part(srv.url, WIKI, DATE, parts[SPLIT[1]], dest, **FAST)
-    assert_clean(dest, SPLIT[1], files[SPLIT[1]])
-
-
-def _fetch_in_a_process(queue, url, part, dest) -> None:
-    queue.put(fetch_part(url, WIKI, DATE, part, dest, **FAST))
-
-
-def test_two_processes_fetching_one_file_take_turns(site):
-    """A duplicate run's fetch of the same file waits for the first (a flock on <name>.part.lock), then finds
-    it committed: one transfer, never two writers in one .part."""
-    srv, files, dest = site
-    part = _status_and_parts(srv, dest)[BIG]
-    srv.add_fault(url_path(BIG), "stall", after=50_000, seconds=1.5)  # the first transfer is slow
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    first = ctx.Process(target=_fetch_in_a_process, args=(queue, srv.url, part, dest))
-    first.start()
-    deadline = time.monotonic() + 30
-    while not srv.log_for(url_path(BIG)):  # the first is transferring, holding the lock
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    second = ctx.Process(target=_fetch_in_a_process, args=(queue, srv.url, part, dest))
-    second.start()
-    receipts = [queue.get(timeout=60), queue.get(timeout=60)]
-    for proc in (first, second):
-        proc.join(timeout=30)
-        assert proc.exitcode == 0
-    assert receipts[0] == receipts[1] == read_receipt(dest / BIG)
-    assert len(srv.log_for(url_path(BIG))) == 1, "the second process fetched the file again"
-    assert_clean(dest, BIG, files[BIG])
-    assert not list(dest.glob("*.lock"))
-
-
 def test_user_agent_names_project_version_and_contact(site, monkeypatch):
     srv, files, dest = site
     monkeypatch.setenv("WIKIPREP_CONTACT", "data-team@example.org")
@@ -572,9 +443,12 @@ def test_redirect_loop_gives_up(site):
     assert not dest.exists()
 
 
-def test_file_adapter_only_for_a_file_dump_url(tmp_path):
+def test_file_adapter_only_for_a_file_dump_url(tmp_path, monkeypatch):
+    monkeypatch.setenv("WIKIPREP_CONTACT", "tests@example.invalid")
     assert "file://" not in make_session().adapters
-    assert isinstance(make_session(local_files=True).adapters["file://"], FileAdapter)
+    local = make_session(local_files=True)
+    assert isinstance(local.adapters["file://"], fetch.FileAdapter) and local.headers["User-Agent"] == default_user_agent()
+    assert "file://" not in fetch.make_session("any/1").adapters
 
 
 def _pad_status(path: Path, size: int) -> None:
@@ -730,3 +604,202 @@ def test_wiki_and_date_must_be_plain_names_before_anything_is_fetched(site, tmp_
         assert str(e.value).startswith(expect)
     assert srv.log == [] and not dest.exists()
     check_dump_id("zh_yuewiki", "20240229")  # a real wiki name, a leap day
+
+
+# ---------------------------------------------------------------------------------------------
+# shardkit.fetch, called as any source calls it: a plain file (no dumps-site layout, no dumpstatus.json,
+# not bz2) with a size and a sha256
+
+
+PLAIN = "releases/corpus-2024.tar"
+PLAIN_NAME = Path(PLAIN).name
+USER_AGENT = "corpus-tests/1.0 (tests@example.invalid)"
+
+
+def expect(data: bytes, **kw) -> fetch.Expected:
+    return fetch.Expected(size=len(data), hashes={"sha256": hashlib.sha256(data).hexdigest()}, **kw)
+
+
+def fast(**kw) -> dict:
+    return {"backoff": fetch.Backoff(0.001, 0.05), "chunk": 16 * 1024, "progress_bar": False, **kw}
+
+
+@pytest.fixture
+def plain(tmp_path):
+    """A server of a plain file, a session with the caller's User-Agent, the file's bytes, the URL and where it goes."""
+    root = tmp_path / "files"
+    data = random.Random(PLAIN).randbytes(200_000)
+    (root / PLAIN).parent.mkdir(parents=True)
+    (root / PLAIN).write_bytes(data)
+    with DumpServer(root) as srv, fetch.make_session(USER_AGENT) as session:
+        yield srv, session, data, f"{srv.url}/{PLAIN}", tmp_path / "out" / PLAIN_NAME
+
+
+def test_any_source_fetches_a_plain_file_resumed_with_range(plain):
+    srv, session, data, url, dest = plain
+    srv.add_fault(f"/{PLAIN}", "drop", after=70_000)
+    receipt = fetch.fetch_file(session, url, dest, expect(data), **fast())
+    assert receipt == read_receipt(dest) == {"file": PLAIN_NAME, "size": len(data),
+                                             "sha256": hashlib.sha256(data).hexdigest(), "url": url}
+    assert_clean(dest.parent, PLAIN_NAME, data)
+    first, second = srv.log_for(f"/{PLAIN}")
+    assert first.status == 200 and first.body_sent == 70_000
+    # The client resumes from what it wrote: whole chunks of what arrived (urllib3 drops the
+    # partial chunk that was being read when the connection broke).
+    start = second.range_start
+    assert 70_000 - fast()["chunk"] < start <= 70_000
+    assert second.headers.get("Range") == f"bytes={start}-"
+    assert second.headers.get("If-Range") == '"' + hashlib.sha1(data).hexdigest()[:16] + '"'
+    assert second.status == 206 and second.body_sent == len(data) - start  # the rest, not the whole file
+    assert {s.headers["User-Agent"] for s in srv.log} == {USER_AGENT}
+
+    n = len(srv.log)
+    assert fetch.fetch_file(session, url, dest, expect(data), **fast()) == receipt
+    assert len(srv.log) == n, "a committed file was requested again"
+
+
+def test_interrupted_fetch_resumes_in_the_next_call(plain):
+    srv, session, data, url, dest = plain
+    srv.add_fault(f"/{PLAIN}", "drop", after=50_000)
+    with pytest.raises(PrepError, match=rf"^giving up on {PLAIN_NAME} from {url} after 0 retries"):
+        fetch.fetch_file(session, url, dest, expect(data), **fast(retries=0))
+    had = dest.with_name(f"{PLAIN_NAME}.part").read_bytes()
+    assert 0 < len(had) <= 50_000 and data.startswith(had)
+    assert_clean(dest.parent, PLAIN_NAME, None)
+
+    fetch.fetch_file(session, url, dest, expect(data), **fast())  # a new call hashes the .part and resumes
+    assert_clean(dest.parent, PLAIN_NAME, data)
+    first, last = srv.log_for(f"/{PLAIN}")
+    assert last.headers.get("Range") == f"bytes={len(had)}-" and "If-Range" in last.headers and last.status == 206
+    assert last.body_sent == len(data) - len(had)
+
+
+def test_changed_file_restarts_from_scratch(plain):
+    srv, session, old, url, dest = plain
+    new = old[:10] + bytes(b ^ 0x55 for b in old[10:])  # same size, other bytes from byte 10 on
+    # The old file is cut after 60 000 bytes, then replaced on the server (new ETag).
+    srv.add_fault(f"/{PLAIN}", "drop", after=60_000)
+    srv.add_fault(f"/{PLAIN}", "replace", data=new)
+    fetch.fetch_file(session, url, dest, expect(new), **fast())
+    assert_clean(dest.parent, PLAIN_NAME, new)
+    first, second = srv.log_for(f"/{PLAIN}")
+    assert 0 < second.range_start <= 60_000 and second.headers["If-Range"] == '"' + hashlib.sha1(old).hexdigest()[:16] + '"'
+    assert second.status == 200 and second.body_sent == len(new)  # stale validator: whole new file
+
+
+def test_timeout_is_retried_and_resumed(plain):
+    srv, session, data, url, dest = plain
+    srv.add_fault(f"/{PLAIN}", "stall", after=40_000, seconds=1.5)
+    fetch.fetch_file(session, url, dest, expect(data), **fast(timeout=0.3))
+    assert_clean(dest.parent, PLAIN_NAME, data)
+    first, last = srv.log_for(f"/{PLAIN}")
+    start = last.range_start
+    assert 40_000 - fast()["chunk"] < start <= 40_000 and last.status == 206
+    assert last.body_sent == len(data) - start
+
+
+@pytest.mark.parametrize("code, retry_after, waits", [
+    (503, "1", 0.95),
+    (429, email.utils.formatdate(time.time() - 60, usegmt=True), 0),  # an HTTP date already past: no wait
+])
+def test_503_with_retry_after_is_retried(plain, code, retry_after, waits):
+    srv, session, data, url, dest = plain
+    srv.add_fault(f"/{PLAIN}", "status", code=code, headers={"Retry-After": retry_after})
+    t0 = time.monotonic()
+    fetch.fetch_file(session, url, dest, expect(data), **fast(backoff=fetch.Backoff(3, 5)))
+    elapsed = time.monotonic() - t0
+    assert waits <= elapsed < 2.5, "Retry-After was not honoured (the back-off base would wait 3 s)"
+    assert [s.status for s in srv.log_for(f"/{PLAIN}")] == [code, 200]
+    assert_clean(dest.parent, PLAIN_NAME, data)
+
+
+def test_persistent_503_gives_up(plain):
+    srv, session, data, url, dest = plain
+    srv.add_fault(f"/{PLAIN}", "status", times=None, code=503)
+    with pytest.raises(PrepError, match=rf"^giving up on {PLAIN_NAME} from {url} after 2 retries: HTTP 503 Service Unavailable$"):
+        fetch.fetch_file(session, url, dest, expect(data), **fast(retries=2))
+    assert len(srv.log_for(f"/{PLAIN}")) == 3
+    assert_clean(dest.parent, PLAIN_NAME, None)
+
+
+def test_final_file_without_receipt_is_verified_not_refetched(plain):
+    srv, session, data, url, dest = plain
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(data)  # renamed into place, killed before the receipt
+    receipt = fetch.fetch_file(session, url, dest, expect(data), **fast())
+    assert srv.log == [] and receipt["sha256"] == hashlib.sha256(data).hexdigest()
+    assert_clean(dest.parent, PLAIN_NAME, data)
+    other = dest.with_name("other.tar")
+    other.write_bytes(b"half")  # a wrong file under the final name is replaced
+    fetch.fetch_file(session, url, other, expect(data), **fast())
+    assert_clean(dest.parent, "other.tar", data)
+
+
+def _fetch_in_a_process(queue, url, dest, expected) -> None:
+    with fetch.make_session(USER_AGENT) as session:
+        queue.put(fetch.fetch_file(session, url, dest, expected, **fast()))
+
+
+def test_two_processes_fetching_one_file_take_turns(plain):
+    """A duplicate run's fetch of the same file waits for the first (a flock on <name>.part.lock), then finds
+    it committed: one transfer, never two writers in one .part."""
+    srv, session, data, url, dest = plain
+    srv.add_fault(f"/{PLAIN}", "stall", after=50_000, seconds=1.5)  # the first transfer is slow
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    first = ctx.Process(target=_fetch_in_a_process, args=(queue, url, dest, expect(data)))
+    first.start()
+    deadline = time.monotonic() + 30
+    while not srv.log_for(f"/{PLAIN}"):  # the first is transferring, holding the lock
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    second = ctx.Process(target=_fetch_in_a_process, args=(queue, url, dest, expect(data)))
+    second.start()
+    receipts = [queue.get(timeout=60), queue.get(timeout=60)]
+    for proc in (first, second):
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    assert receipts[0] == receipts[1] == read_receipt(dest)
+    assert len(srv.log_for(f"/{PLAIN}")) == 1, "the second process fetched the file again"
+    assert_clean(dest.parent, PLAIN_NAME, data)
+
+
+def test_a_source_words_its_expectations_and_refusals(plain):
+    """Error lines name where the expected values come from (`source`), a magic by its format; a final status is
+    a ServerRefused the caller can tell apart (the dump words 404 and 403 its own way)."""
+    srv, session, data, url, dest = plain
+    with pytest.raises(PrepError, match=rf"^{url} serves {len(data)} bytes of {PLAIN_NAME}, SHA256SUMS says 5 "):
+        fetch.fetch_file(session, url, dest, fetch.Expected(5, {"sha256": "0" * 64}, source="SHA256SUMS"),
+                         **fast(verify_attempts=1))
+    gzip = fetch.Magic("gzip", b"\x1f\x8b")
+    with pytest.raises(PrepError, match=rf"^{url} does not start with the gzip magic '\\x1f\\x8b' "):
+        fetch.fetch_file(session, url, dest, expect(data, magic=gzip), **fast(verify_attempts=1))
+    receipt = fetch.fetch_file(session, url, dest, fetch.Expected(None, {"md5": hashlib.md5(data).hexdigest()}), **fast())
+    assert receipt["md5"] == hashlib.md5(data).hexdigest() and receipt["sha256"] == hashlib.sha256(data).hexdigest()
+    assert_clean(dest.parent, PLAIN_NAME, data)
+
+    missing = f"{srv.url}/releases/gone.tar"
+    with pytest.raises(fetch.ServerRefused) as e:
+        fetch.fetch_file(session, missing, dest.with_name("gone.tar"), expect(data), **fast())
+    assert (e.value.status, e.value.url, str(e.value)) == (404, missing, f"missing gone.tar: {missing}: 404")
+    srv.add_fault("/releases/gone.tar", "status", code=410)
+    with pytest.raises(fetch.ServerRefused, match=rf"^{missing}: HTTP 410 Gone for gone.tar$"):
+        fetch.fetch_file(session, missing, dest.with_name("gone.tar"), expect(data), **fast())
+    assert_clean(dest.parent, "gone.tar", None)
+
+    with pytest.raises(PrepError, match="^no hash for x.tar: cannot verify the download$"):
+        fetch.fetch_file(session, url, dest.with_name("x.tar"), fetch.Expected(len(data), {}), **fast())
+    with pytest.raises(ValueError, match="sha256 must be 64 lowercase hex digits"):
+        fetch.Expected(1, {"sha256": "A" * 64})
+
+
+def test_read_small_reads_under_its_cap_and_refuses_past_it(plain, tmp_path):
+    srv, session, data, url, dest = plain
+    assert fetch.read_small(session, url, cap=len(data)) == (200, data)
+    assert fetch.read_small(session, f"{srv.url}/releases/none", cap=10) == (404, b"")
+    with pytest.raises(PrepError, match=rf"^{url} is larger than 199,999 bytes$"):
+        fetch.read_small(session, url, cap=len(data) - 1)
+    local = tmp_path / "files" / PLAIN
+    assert fetch.read_small_file(local, cap=len(data)) == data
+    with pytest.raises(PrepError, match=rf"^{local} is larger than 1,000 bytes: not a release listing$"):
+        fetch.read_small_file(local, cap=1000, kind="a release listing")

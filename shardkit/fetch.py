@@ -1,0 +1,679 @@
+"""Download one file over http(s) or file://, resumed, retried, verified and committed with a receipt.
+
+For any source that downloads: it names the URL, where the file goes and what the file must be
+(`Expected`: its size when known, one or more hashes, the magic bytes of its format); what the
+server sends is checked against that and nothing else. ``http://``, ``https://`` and ``file://``
+URLs take exactly the same code path: ``file://`` goes through a small transport adapter for
+``requests`` (`FileAdapter`), mounted by `make_session` only when asked, so a local copy of a site
+exercises what a real download does.
+
+`fetch_file` brings one file to ``<name>.part``, resuming a broken transfer with
+``Range``/``If-Range`` (the validator, ETag or Last-Modified, kept beside it in
+``<name>.part.json``), retrying 429/5xx/connection errors/timeouts with back-off (`Backoff`,
+honouring ``Retry-After``), never accepting an HTML error page, and verifying size and hashes
+before it renames the file into place and commits its receipt (`shardkit.atomic`). A file with a
+valid receipt is not fetched again; one renamed into place by a run killed before its receipt is
+kept only if it verifies. The ``.part`` file is resumed across runs, so two processes fetching the
+same file at once (two runs of one pipeline, two Slurm jobs) take turns: the second waits on a lock
+(``<name>.part.lock``, ``flock``) and finds the file committed.
+
+`read_small` fetches a small file (a status or checksum listing) whole, with the same retries,
+never reading more than its cap and one byte; `read_small_file` reads a local copy the same way.
+
+What a server sends is not trusted:
+
+- Redirects are followed here (`_get`), not by ``requests``: at most ``MAX_REDIRECTS``, each to an
+  ``http://`` or ``https://`` URL; one to any other scheme is refused, naming it. The ``file://``
+  adapter is mounted only on a session made for a ``file://`` URL, so no server can make a local
+  file part of a download.
+- Small files are read with a cap, never more than the cap and one byte, ``file://`` included.
+- An error line quotes what a server sent only as a short escaped excerpt
+  (``shardkit.errors.excerpt``).
+
+Memory stays bounded: bodies are streamed to disk in chunks and hashed on the way (sha256 too, for
+the receipt, so the committed file is not read again); when a transfer resumes, the bytes already
+on disk are hashed first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import errno
+import fcntl
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+import requests.adapters
+import requests.structures
+import urllib3
+
+from .atomic import commit, read_receipt, receipt_path, write_json, write_receipt
+from .errors import PrepError, excerpt
+from .progress import Bar, Progress, Stage
+
+log = logging.getLogger(__name__)
+
+PART_SUFFIX = ".part"
+SIDECAR_SUFFIX = ".part.json"  # the validator (ETag / Last-Modified) that If-Range sends back
+LOCK_SUFFIX = ".part.lock"  # held while one process fetches the file (see `_fetch_lock`)
+RECEIPT_HASH = "sha256"  # the receipt's own hash (shardkit.atomic), computed while the file arrives
+
+MAX_REDIRECTS = 10  # mirrors redirect once or twice; requests' own default is 30
+REDIRECT_SCHEMES = ("http", "https")
+
+_CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
+
+
+# ---------------------------------------------------------------------------------------------
+# What a file must be
+
+
+@dataclass(frozen=True)
+class Magic:
+    """The first bytes of every file of a format, and the format's name as an error line gives it."""
+
+    format: str
+    prefix: bytes
+
+
+BZ2 = Magic("bz2", b"BZh")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a downloaded file must be: its size in bytes (None: unknown), hashes as {hashlib name: hex}
+    (at least one; lowercase hex, as hexdigest() gives), the magic it starts with (None: not checked).
+    `source` names where size and hashes come from in error lines ('… bytes of x, <source> says …')."""
+
+    size: int | None
+    hashes: dict[str, str]
+    magic: Magic | None = None
+    source: str = "its listing"
+
+    def __post_init__(self):
+        for algo, hexdigest in self.hashes.items():
+            digits = hashlib.new(algo).digest_size * 2  # ValueError for a name hashlib does not know
+            if not (isinstance(hexdigest, str) and len(hexdigest) == digits and re.fullmatch(r"[0-9a-f]*", hexdigest)):
+                raise ValueError(f"{algo} must be {digits} lowercase hex digits, not {excerpt(hexdigest)}")
+
+
+class ServerRefused(PrepError):
+    """The server's final answer for a file (404, another 4xx, any status that is neither a success
+    nor worth retrying): not retried. Carries `url`, `name` and `status`, so that a caller can word it."""
+
+    def __init__(self, url: str, name: str, status: int, reason: str | None):
+        self.url, self.name, self.status = url, name, status
+        if status == 404:
+            super().__init__(f"missing {name}: {url}: 404")
+        else:
+            super().__init__(f"{url}: HTTP {status} {_said(reason)} for {name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sessions, the file:// adapter, GET
+
+
+class FileAdapter(requests.adapters.BaseAdapter):
+    """`file://` for requests, with the HTTP semantics the downloader relies on.
+
+    GET only; 404 for a missing file; ETag/Last-Modified from size and mtime; `Range: bytes=N-`
+    honoured (206) unless an `If-Range` validator no longer matches (200, whole file).
+    """
+
+    def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):
+        parts = urllib.parse.urlsplit(request.url)
+        path = Path(urllib.request.url2pathname(urllib.parse.unquote(parts.path)))
+        resp = requests.Response()
+        resp.url = request.url
+        resp.request = request
+        resp.headers = requests.structures.CaseInsensitiveDict()
+        resp.raw = io.BytesIO(b"")
+        if request.method not in ("GET", "HEAD"):
+            resp.status_code, resp.reason = 405, "Method Not Allowed"
+            return resp
+        try:
+            f = open(path, "rb")
+            st = os.fstat(f.fileno())
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            resp.status_code, resp.reason = 404, "Not Found"
+            return resp
+        except PermissionError:
+            resp.status_code, resp.reason = 403, "Forbidden"
+            return resp
+        etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+        last_modified = email.utils.formatdate(st.st_mtime, usegmt=True)
+        resp.headers.update(
+            {"ETag": etag, "Last-Modified": last_modified, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        )
+        start = 0
+        m = re.fullmatch(r"bytes=(\d+)-", request.headers.get("Range", "").strip())
+        if_range = request.headers.get("If-Range")
+        if m and (if_range is None or if_range in (etag, last_modified)):
+            start = int(m.group(1))
+            if start >= st.st_size:
+                f.close()
+                resp.status_code, resp.reason = 416, "Range Not Satisfiable"
+                resp.headers["Content-Range"] = f"bytes */{st.st_size}"
+                return resp
+            resp.headers["Content-Range"] = f"bytes {start}-{st.st_size - 1}/{st.st_size}"
+            resp.status_code, resp.reason = 206, "Partial Content"
+        else:
+            resp.status_code, resp.reason = 200, "OK"
+        resp.headers["Content-Length"] = str(st.st_size - start)
+        f.seek(start)
+        if stream:
+            resp.raw = f
+        else:  # requests will not close a non-streamed raw body: read it now
+            with f:
+                resp.raw = io.BytesIO(f.read())
+        return resp
+
+    def close(self):
+        pass
+
+
+def make_session(user_agent: str, *, local_files: bool = False) -> requests.Session:
+    """A requests session sending `user_agent`; file:// support only with `local_files`.
+
+    The User-Agent is the caller's: servers (Wikimedia's among them) block generic ones such as
+    `python-requests`, and only the caller knows its name and contact. `local_files` is for a file://
+    source alone: on the session of an http(s) one, no answer of a server can lead to a local file.
+    """
+    s = requests.Session()
+    s.headers["User-Agent"] = user_agent
+    # Ranges and hashes are over the stored bytes: never let a transfer encoding change them.
+    s.headers["Accept-Encoding"] = "identity"
+    if local_files:
+        s.mount("file://", FileAdapter())
+    return s
+
+
+def _said(text: str | None, limit: int = 80) -> str:
+    """A server's short text (a reason phrase, a header) for an error line: as it is when short and
+    printable, else its escaped excerpt. Also a transport exception's message (limit 300), which is
+    mostly our own words (host, port, the cause) but may carry a few bytes the server sent."""
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit and text.isprintable() else excerpt(text, limit)
+
+
+def _get(session: requests.Session, url: str, *, timeout: float, headers: dict | None = None) -> requests.Response:
+    """GET `url` streamed, following at most MAX_REDIRECTS redirects, each to an http(s) URL.
+
+    requests would follow a Location to any scheme the session has an adapter for, and read each
+    redirect's body whole; here a redirect elsewhere than http:// or https:// is a PrepError
+    naming `url` and the scheme, and a redirect's body is never read. The caller closes the answer.
+    """
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        resp = session.get(current, headers=headers, stream=True, timeout=timeout, allow_redirects=False)
+        if not resp.is_redirect:
+            return resp
+        location = resp.headers["Location"]
+        resp.close()
+        target = urllib.parse.urljoin(current, location)
+        scheme = urllib.parse.urlsplit(target).scheme.lower()
+        if scheme not in REDIRECT_SCHEMES:
+            raise PrepError(f"{url}: the server redirects to a {_said(scheme or 'relative', 20)}: URL "
+                            f"({excerpt(location)}); only redirects to http:// and https:// are followed")
+        current = requests.utils.requote_uri(target)
+    raise PrepError(f"{url}: more than {MAX_REDIRECTS} redirects")
+
+
+# ---------------------------------------------------------------------------------------------
+# Retries
+
+
+def _retry_after(resp: requests.Response) -> float | None:
+    value = resp.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    with contextlib.suppress(TypeError, ValueError, IndexError):
+        when = email.utils.parsedate_to_datetime(value)
+        return max(0.0, when.timestamp() - time.time())
+    return None
+
+
+class Backoff:
+    """Exponential back-off (base * 2**n), or the server's Retry-After, never above `max_wait`."""
+
+    def __init__(self, base: float = 1.0, max_wait: float = 60.0):
+        self.base, self.max_wait, self.n = base, max_wait, 0
+
+    def sleep(self, retry_after: float | None = None) -> None:
+        wait = retry_after if retry_after is not None else self.base * (2**self.n)
+        self.n += 1
+        time.sleep(max(0.0, min(wait, self.max_wait)))
+
+    def reset(self) -> None:
+        self.n = 0
+
+
+def _is_retryable(status: int) -> bool:
+    return status == 429 or 500 <= status <= 599
+
+
+def _is_html(resp: requests.Response) -> bool:
+    return resp.headers.get("Content-Type", "").split(";")[0].strip().lower() in ("text/html", "application/xhtml+xml")
+
+
+# ---------------------------------------------------------------------------------------------
+# Small files, read whole
+
+
+def _too_large(source: str, cap: int, kind: str | None) -> PrepError:
+    limit = f"{cap >> 20} MiB" if cap and cap % (1 << 20) == 0 else f"{cap:,} bytes"
+    return PrepError(f"{source} is larger than {limit}" + (f": not {kind}" if kind else ""))
+
+
+def _read_capped(resp: requests.Response, url: str, cap: int, kind: str | None) -> bytes:
+    """The body of `resp`, when it has at most `cap` bytes; never reads more than cap + 1 bytes.
+
+    Read from the raw stream, each read asking for no more than what is left to the cap's next
+    byte (requests' iter_content reads in fixed blocks, and dropping its iterator to change the
+    block size closes a chunked transfer). A broken transfer is a requests.ConnectionError, retried
+    like any other.
+    """
+    length = resp.headers.get("Content-Length", "")
+    too_big = length.isdigit() and int(length) > cap
+    # urllib3 answers (http, https) undo a content encoding when asked; the file:// adapter's is a file.
+    decode = {"decode_content": True} if isinstance(resp.raw, urllib3.response.BaseHTTPResponse) else {}
+    body = bytearray()
+    try:
+        while not too_big and len(body) <= cap:
+            block = resp.raw.read(min(1 << 16, cap + 1 - len(body)), **decode)
+            if not block:
+                break
+            body += block
+    except urllib3.exceptions.HTTPError as e:
+        raise requests.ConnectionError(e) from None
+    if too_big or len(body) > cap:
+        raise _too_large(url, cap, kind)
+    return bytes(body)
+
+
+def read_small_file(path: Path, *, cap: int, kind: str | None = None) -> bytes:
+    """A local copy of a small file, read as `read_small` reads one: never more than cap + 1 bytes.
+    PrepError '<path> is larger than <cap>: not <kind>' past the cap; OSErrors as they are."""
+    with open(path, "rb") as f:
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise _too_large(str(path), cap, kind)
+    return data
+
+
+def read_small(session: requests.Session, url: str, *, cap: int, kind: str | None = None, retries: int = 5,
+               timeout: float = 60, backoff: Backoff | None = None) -> tuple[int, bytes]:
+    """GET a small file with retries; returns (status, body) for 200 (a body of at most `cap` bytes)
+    and (status, b"") for a final answer of any other status, whose body is not read.
+
+    429/5xx and transport errors are retried with back-off, `retries` times; then a PrepError naming
+    `url` and the last failure. A body over the cap is a PrepError naming `url` and `kind` (what the
+    file should have been, as 'not <kind>'), refused on its Content-Length when the server sends one.
+    """
+    backoff = Backoff() if backoff is None else backoff
+    last = ""
+    for attempt in range(retries + 1):
+        retry_after = None
+        try:
+            with _get(session, url, timeout=timeout) as resp:
+                if not _is_retryable(resp.status_code):
+                    return resp.status_code, _read_capped(resp, url, cap, kind) if resp.status_code == 200 else b""
+                last = f"HTTP {resp.status_code} {_said(resp.reason)}"
+                retry_after = _retry_after(resp)
+        except requests.RequestException as e:
+            last = f"{type(e).__name__}: {_said(e, 300)}"
+        if attempt < retries:
+            log.info("%s: %s; retrying", url, last)
+            backoff.sleep(retry_after)
+    raise PrepError(f"giving up on {url} after {retries} retries: {last}")
+
+
+# ---------------------------------------------------------------------------------------------
+# One file, resumed and verified
+
+
+class _Mismatch(Exception):
+    """The content of one transfer is wrong (HTML page, bad magic, size or hash): discard and refetch."""
+
+
+class _Transient(Exception):
+    """A failure worth retrying with back-off (429/5xx, a dropped or timed-out transfer)."""
+
+
+def _hashers(expected: Expected) -> dict[str, "hashlib._Hash"]:
+    """The expected hashes, then the receipt's sha256 when it is not one of them."""
+    return {algo: hashlib.new(algo) for algo in {**expected.hashes, RECEIPT_HASH: None}}
+
+
+def _digests(hashers: dict) -> dict[str, str]:
+    return {algo: h.hexdigest() for algo, h in hashers.items()}
+
+
+def _hash_file(path: Path, hashers: dict, chunk: int) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            for h in hashers.values():
+                h.update(block)
+            n += len(block)
+    return n
+
+
+def _check_hashes(expected: Expected, digests: dict[str, str]) -> str | None:
+    for algo, want in expected.hashes.items():
+        if digests.get(algo) != want:
+            return f"{algo} {digests.get(algo)} instead of {want}"
+    return None
+
+
+def _write_receipt(final: Path, url: str, expected: Expected, sha256: str) -> dict:
+    """The receipt: size and sha256 (shardkit.atomic's), the URL asked, the expected hashes."""
+    info = {algo: hexdigest for algo, hexdigest in expected.hashes.items() if algo != RECEIPT_HASH}
+    return write_receipt(final, sha256=sha256, url=url, **info)
+
+
+def _committed(final: Path, expected: Expected, url: str, chunk: int) -> dict | None:
+    """The receipt of an already-downloaded `final`, or None when it must be downloaded.
+
+    A file renamed into place by a run killed before its receipt is kept (and its receipt
+    written) only if it verifies; otherwise it is removed.
+    """
+    receipt = read_receipt(final)
+    if receipt is not None:
+        clash = [algo for algo, want in expected.hashes.items() if receipt.get(algo) and receipt[algo] != want]
+        if expected.size is not None and receipt.get("size") != expected.size:
+            clash.append("size")
+        if clash:
+            raise PrepError(
+                f"{final} is already downloaded but its {'/'.join(clash)} differs from {expected.source}; "
+                f"delete it and {receipt_path(final)} to download it again"
+            )
+        return receipt
+    if not final.exists():
+        return None
+    hashers = _hashers(expected)
+    size = _hash_file(final, hashers, chunk)
+    digests = _digests(hashers)
+    if (expected.size is None or size == expected.size) and not _check_hashes(expected, digests):
+        return _write_receipt(final, url, expected, digests[RECEIPT_HASH])
+    _discard(final, receipt_path(final))
+    return None
+
+
+class _ProgressBar:
+    """The shared bar (`shardkit.progress.Bar`: tqdm on a terminal, nothing otherwise), plus the caller's callback."""
+
+    def __init__(self, name: str, total: int | None, callback: Progress | None, bar: bool | None):
+        self.callback, self.total = callback, total
+        self.bar = Bar(name, "B", enabled=bar)
+        self.bar(0, total)
+
+    def update(self, done: int) -> None:
+        self.bar(done, self.total)  # a transfer restarted from the beginning resets it
+        if self.callback is not None:
+            self.callback(done, self.total if self.total is not None else done)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _read_sidecar(sidecar: Path) -> dict:
+    try:
+        data = json.loads(sidecar.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        return {}
+
+
+def _validator(resp: requests.Response) -> str | None:
+    """The If-Range validator: a strong ETag, else Last-Modified (If-Range never takes a weak ETag)."""
+    etag = resp.headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return resp.headers.get("Last-Modified")
+
+
+def _discard(*paths: Path) -> None:
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def _transfer(session, url: str, name: str, expected: Expected, partfile: Path, sidecar: Path, *,
+              retries, timeout, backoff, chunk, bar) -> dict[str, str]:
+    """Bring `partfile` to the whole body of `url`, resuming; return its digests.
+
+    Transport failures (429, 5xx, connection errors, timeouts) are retried with back-off, at
+    most `retries` in a row without progress. Wrong content raises `_Mismatch`.
+    """
+    size, magic = expected.size, expected.magic
+    hashers = _hashers(expected)
+    have = 0
+    if partfile.exists():
+        have = partfile.stat().st_size
+        if size is not None and have > size:
+            partfile.write_bytes(b"")
+            have = 0
+        else:
+            have = _hash_file(partfile, hashers, chunk)  # resume: hash what is already there
+    known = _read_sidecar(sidecar)
+    # A validator is only meaningful for the URL that produced it; elsewhere (another mirror)
+    # resume without If-Range: the final hash check catches a spliced file.
+    validator = known.get("validator") if known.get("url") == url else None
+    bar.update(have)
+    failures, last = 0, ""
+    while True:
+        if size is not None and have == size:
+            return _digests(hashers)
+        headers = {}
+        if have:
+            headers["Range"] = f"bytes={have}-"
+            if validator:
+                headers["If-Range"] = validator
+        progressed = False
+        retry_after = None
+        try:
+            with _get(session, url, headers=headers, timeout=timeout) as resp:
+                code = resp.status_code
+                if code == 416:  # our .part is longer than the server's file: start again
+                    partfile.write_bytes(b"")
+                    hashers, have0, have = _hashers(expected), have, 0
+                    raise _Transient(f"HTTP 416 for bytes={have0}-")
+                if _is_retryable(code):
+                    retry_after = _retry_after(resp)
+                    raise _Transient(f"HTTP {code} {_said(resp.reason)}")
+                if code not in (200, 206):
+                    raise ServerRefused(url, name, code, resp.reason)
+                if _is_html(resp):
+                    raise _Mismatch(f"{url} served an HTML page (Content-Type {_said(resp.headers.get('Content-Type'))}) "
+                                    f"instead of {name}")
+                start = 0
+                if code == 206:
+                    m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", "").strip())
+                    if not m or int(m.group(1)) != have:
+                        raise _Mismatch(f"{url} answered bytes={have}- with Content-Range "
+                                        f"{excerpt(resp.headers.get('Content-Range', ''))}")
+                    start = have
+                length = resp.headers.get("Content-Length")
+                if size is not None and length is not None and length.isdigit() and start + int(length) != size:
+                    raise _Mismatch(f"{url} serves {start + int(length)} bytes of {name}, {expected.source} says {size}")
+                if code == 200:  # whole body: a changed file, or a server that ignores ranges
+                    if have:
+                        log.info("%s: the server sent the whole file (changed or no ranges); restarting", name)
+                    hashers, have = _hashers(expected), 0
+                    mode = "wb"
+                else:
+                    mode = "ab"
+                with open(partfile, mode) as f:
+                    if code == 200:
+                        write_json(sidecar, {"url": url, "validator": _validator(resp)}, overwrite=True)
+                        validator = _validator(resp)
+                        bar.update(0)
+                    head = b""
+                    for block in resp.iter_content(chunk):
+                        if not block:
+                            continue
+                        if magic is not None and start == 0 and len(head) < len(magic.prefix):
+                            head = (head + block)[: len(magic.prefix)]
+                            if len(head) == len(magic.prefix) and head != magic.prefix:
+                                raise _Mismatch(f"{url} does not start with the {magic.format} magic "
+                                                f"{magic.prefix.decode('latin-1')!r} (starts {head!r})")
+                        if size is not None and have + len(block) > size:
+                            raise _Mismatch(f"{url} sent more than the {size} bytes of {name}")
+                        f.write(block)
+                        for h in hashers.values():
+                            h.update(block)
+                        have += len(block)
+                        progressed = True
+                        bar.update(have)
+            if size is not None and have != size:
+                raise _Transient(f"connection closed at byte {have} of {size}")
+            return _digests(hashers)
+        except _Transient as e:
+            last = str(e)
+        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as e:
+            raise PrepError(f"bad URL {url}: {_said(e, 300)}") from None
+        except (requests.RequestException, ConnectionError, TimeoutError) as e:
+            # Network only: other OSErrors (a full disk) propagate as they are.
+            last = f"{type(e).__name__}: {_said(e, 300)}"
+        if progressed:
+            failures = 0
+            backoff.reset()
+        failures += 1
+        if failures > retries:
+            raise PrepError(f"giving up on {name} from {url} after {retries} retries: {last}")
+        log.info("%s: %s; retry %d of %d from byte %d", name, last, failures, retries, have)
+        backoff.sleep(retry_after)
+
+
+@contextlib.contextmanager
+def _fetch_lock(lock_path: Path):
+    """Hold an exclusive `flock` on `lock_path` while one file is fetched.
+
+    The `.part` file is shared on purpose (a later run resumes it), so two processes fetching the
+    same file at once (a duplicate run, two Slurm jobs) must not both write into it: the second
+    waits here, then finds the file committed. The kernel releases a flock when its holder dies
+    (on NFS, when the client's lease ends), so a killed fetcher blocks nobody. The holder removes the
+    lock file when done; a waiter that wakes up holding the removed file locks the new one instead.
+    On a file system without locks (ENOLCK, EOPNOTSUPP: some Lustre mounts) the fetch goes on
+    unlocked; the no-clobber commit of the verified file still keeps either copy whole.
+    """
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("%s: another process is fetching it; waiting for it", lock_path.name[:-len(LOCK_SUFFIX)])
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            fd = None
+            break
+        except BaseException:  # SIGTERM while waiting
+            os.close(fd)
+            raise
+        try:
+            held = os.fstat(fd)
+            now = os.stat(lock_path)
+            if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                lock_path.unlink()
+            os.close(fd)
+
+
+def fetch_file(
+    session: requests.Session,
+    url: str,
+    dest: Path,
+    expected: Expected,
+    *,
+    retries: int = 5,
+    timeout: float = 60,
+    backoff: Backoff | None = None,
+    verify_attempts: int = 3,
+    chunk: int = 1 << 16,  # a dropped connection loses at most one chunk
+    progress: Progress | None = None,
+    progress_bar: bool | None = None,
+) -> dict:
+    """Download `url` to `dest`, verified against `expected` and committed with a receipt; return the receipt.
+
+    The transfer goes to `<dest>.part` (resumed with Range/If-Range across calls and retries).
+    Once size and hashes match, it is fsynced and renamed to `dest` (never replacing another
+    file: `shardkit.atomic.commit`), then its receipt is written: size, sha256, `url` and the
+    expected hashes. A `dest` with a valid receipt is returned as it is (a PrepError when the
+    receipt disagrees with `expected`). Wrong content (an HTML page, a wrong magic, size or hash)
+    discards the `.part` and fetches again, at most `verify_attempts` times in all. Transport
+    failures (429/5xx honouring Retry-After, dropped connections, timeouts) are retried with
+    `backoff`, at most `retries` in a row without progress (a retry that brought bytes resets the
+    count). Any other status is a `ServerRefused` at once; redirects are followed as `_get` allows.
+    `progress(bytes_done, bytes_total)` is called as bytes arrive; `progress_bar` (default: when
+    stderr is a terminal) shows a tqdm bar. `session` (see `make_session`) is the caller's to close.
+    """
+    dest = Path(dest)
+    name = dest.name
+    if not expected.hashes:
+        raise PrepError(f"no hash for {name}: cannot verify the download")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partfile = dest.with_name(name + PART_SUFFIX)
+    sidecar = dest.with_name(name + SIDECAR_SUFFIX)
+
+    stage = Stage(log, f"download {name}")
+    with _fetch_lock(dest.with_name(name + LOCK_SUFFIX)):
+        done = _committed(dest, expected, url, chunk)
+        if done is not None:
+            if progress is not None:
+                progress(done["size"], done["size"])
+            return done
+
+        backoff = Backoff() if backoff is None else backoff
+        bar = _ProgressBar(name, expected.size, progress, progress_bar)
+        try:
+            for attempt in range(1, verify_attempts + 1):
+                try:
+                    digests = _transfer(session, url, name, expected, partfile, sidecar,
+                                        retries=retries, timeout=timeout, backoff=backoff, chunk=chunk, bar=bar)
+                    wrong = _check_hashes(expected, digests)
+                    if wrong:
+                        raise _Mismatch(f"{name} from {url} has {wrong}")
+                except _Mismatch as e:
+                    _discard(partfile, sidecar)
+                    if attempt == verify_attempts:
+                        raise PrepError(f"{e} (tried {verify_attempts} times; the file was discarded)") from None
+                    log.warning("%s; fetching it again (%d of %d)", e, attempt + 1, verify_attempts)
+                    backoff.sleep()
+                    continue
+                break
+        finally:
+            bar.close()
+
+        with open(partfile, "rb+") as f:
+            os.fsync(f.fileno())
+        commit(partfile, dest)  # never replaces: unlocked (`_fetch_lock`), a racer's verified copy may be there
+        _discard(sidecar)
+        receipt = _write_receipt(dest, url, expected, digests[RECEIPT_HASH])
+        stage.finish(1, "file", receipt["size"])
+        return receipt
