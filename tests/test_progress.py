@@ -29,6 +29,7 @@ from testkit.synthetic_dump import write_synthetic_dump
 from test_luigid import BIN, REPO, Luigid, env, wait_for
 from wikiprep import instances, sentences, stats, verify, vocab
 from wikiprep.wikipedia import extract
+from wikiprep.wikipedia.source import extracted_documents
 from wikiprep.options import GenerationOptions
 from wikiprep.tokenization import Vocab
 
@@ -95,9 +96,10 @@ def test_extraction_splitting_and_merging_report_bytes(site, tmp_path):
     assert end - start < size
 
     punkt = tmp_path / "punkt.json"
-    sentences.train_punkt(sentences.punkt_sample([extracted]), punkt)
+    sentences.train_punkt(sentences.punkt_sample([extracted_documents(extracted, min_chars=0)]), punkt)
     seen = Recorder()
-    sentences.split_part(extracted, punkt, tmp_path / "split", num_shards=2, seed=1, progress=seen)
+    sentences.split_piece(extracted_documents(extracted, min_chars=0), punkt, tmp_path / "split", num_shards=2, seed=1,
+                         size=extracted.stat().st_size, progress=seen)
     seen.check(extracted.stat().st_size)
 
     buckets = [tmp_path / "split" / sentences.bucket_name(0)] * 2

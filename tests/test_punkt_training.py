@@ -13,6 +13,7 @@ from nltk.tokenize.punkt import PunktLanguageVars, PunktToken
 
 from wikiprep import punkt_training, sentences
 from wikiprep.punkt_regex import PlainRegexLanguageVars, PlainRegexToken
+from wikiprep.wikipedia.source import extracted_documents
 
 from fixture_paths import REFERENCE_INPUTS
 
@@ -131,8 +132,8 @@ def test_bulk_training_equals_nltk_on_the_benchmark_sample():
     parts = sorted(BENCH_PART.glob("*pages-articles1*.jsonl"))
     if not parts:
         pytest.skip(f"no extracted dump part under {BENCH_PART}: run benchmarks/bench_pipeline.py")
-    sample = sentences.PunktSample(min_chars=200)
-    sample.add(parts[0])
+    sample = sentences.PunktSample()
+    sample.add(parts[0].stem, extracted_documents(parts[0], min_chars=200))
     text = "\n\n".join(sample.texts)
     ours = bulk_model(text)
     assert ours == nltk_model(text)
