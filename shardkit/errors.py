@@ -21,10 +21,15 @@ _outline.maxlevel, _outline.maxlist, _outline.maxdict, _outline.maxstring, _outl
 
 
 class PrepError(Exception):
-    """Bad input or a failed check, explained in one line for the user."""
+    """Bad input or a failed check, explained in one line for the user.
 
-    def __init__(self, message: str):
+    `prog`, when known where the error is raised, is the program the line names (`wikiprep: error: ...`):
+    an error raised where no program is at hand (a Luigi parameter parsed before any task exists) carries it
+    to whoever prints it."""
+
+    def __init__(self, message: str, *, prog: str | None = None):
         super().__init__(" ".join(str(message).split()))
+        self.prog = prog
 
 
 def excerpt(value, limit: int = EXCERPT_CHARS) -> str:

@@ -101,7 +101,7 @@ class _PrepErrorTracebacks(logging.Filter):
     """Cut the traceback of a PrepError from Luigi's log record, leaving its first line and the message."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], PrepError) and hasattr(record.exc_info[1], "prog"):
+        if record.exc_info and isinstance(record.exc_info[1], PrepError) and record.exc_info[1].prog:
             # A parameter that does not parse or is missing: raised while Luigi's command line builds
             # the root task, before any task runs, and logged by `luigi.retcodes` as uncaught.
             report_error(record.exc_info[1].prog, record.exc_info[1])
@@ -223,9 +223,7 @@ class _FlagNamed:
         self.prog = getattr(owner, "prog", "wikiprep")
 
     def _error(self, text: str) -> PrepError:
-        error = PrepError(text)
-        error.prog = getattr(self, "prog", "wikiprep")
-        return error
+        return PrepError(text, prog=getattr(self, "prog", "wikiprep"))
 
     def parse(self, x):
         try:
@@ -318,9 +316,7 @@ class PrepTask(luigi.Task):
             family = cls.get_task_family()
             missing = [name for name, p in params if name not in kwargs and not p.has_task_value(family, name)]
             flags = ", ".join("--" + name.replace("_", "-") for name in missing)
-            error = PrepError(f"{family}: {flags} must be given")
-            error.prog = cls.prog
-            raise error from None
+            raise PrepError(f"{family}: {flags} must be given", prog=cls.prog) from None
 
     def complete(self):
         try:

@@ -79,10 +79,9 @@ def _complete(task: luigi.Task) -> bool:
 
 def _unreachable(error: luigi.rpc.RPCError) -> PrepError:
     """The one line a worker ends with when luigid stays away longer than the RPC retries."""
-    e = PrepError(f"luigid did not answer: {error}. Nothing finished is lost: once luigid answers again, "
-                  f"run the same command again to resume")
-    e.prog = "wikiprep"  # printed by base._PrepErrorTracebacks when Luigi logs the uncaught error
-    return e
+    # prog: printed by base._PrepErrorTracebacks when Luigi logs the uncaught error
+    return PrepError(f"luigid did not answer: {error}. Nothing finished is lost: once luigid answers again, "
+                     f"run the same command again to resume", prog="wikiprep")
 
 
 class ClusterWorker(luigi.worker.Worker):
