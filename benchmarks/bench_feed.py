@@ -22,7 +22,7 @@ once and turns them into batches of --batch-size, the way its trainer does:
   (DataLoader workers) each take half the files.
 - `h5py_load_only`: only the `f[key][:]` loads: the inflate floor.
 
-The HDF5 shards are written from the same TFRecord shards with `wikiprep.hdf5.HDF5Writer` (NVIDIA's
+The HDF5 shards are written from the same TFRecord shards with `wikiprep.layouts.hdf5.HDF5Writer` (NVIDIA's
 dtypes, gzip, our chunking). Prints one JSON report (and writes it with --json); the machine's load
 average is in it, as the machine may be shared. Each measurement runs --repeat times; the best counts.
 The clock starts once the reader's libraries are loaded (TensorFlow's import, ~4.5 CPU-s, is paid once
@@ -53,8 +53,8 @@ def write_hdf5(tfrecords: list[Path], out: Path) -> list[Path]:
     import h5py
     import tensorflow as tf
 
-    from wikiprep.hdf5 import HDF5Writer
-    from wikiprep.schema import BERT_INSTANCE, HDF5_DTYPES
+    from wikiprep.layouts.hdf5 import HDF5_DTYPES, HDF5Writer
+    from wikiprep.schema import BERT_INSTANCE
 
     out.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -107,7 +107,8 @@ def _peak_rss_mb() -> float:
 def _phases(args) -> None:
     """Where the time goes: the writer's stages one after another, CPU seconds each (in this process)."""
     from shardkit.records import record_writers
-    from wikiprep import instances, speedups
+    from wikiprep import instances, layouts, speedups
+    from wikiprep.layouts import framed
     from wikiprep.options import GenerationOptions
     from wikiprep.tokenization import Vocab
 
@@ -123,16 +124,14 @@ def _phases(args) -> None:
     offsets = array("q", [0])
     work = Path(args.workdir)
     with open(work / "phases.spill", "w+b", buffering=1 << 20) as spill:
-        instances.spill_instances(corpus, vocab, opts, rng,
-                                  instances.InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq),
-                                  spill, offsets, stats)
+        instances.spill_instances(corpus, vocab, opts, rng, layouts.DEFAULT, spill, offsets, stats)
         spill.flush()
         t2 = clock()
         order = array("q", range(len(offsets) - 1))
         speedups.shuffle(rng, order)
         t3 = clock()
         with record_writers([work / "phases.tfrecord"], [work / "phases.index"], overwrite=True) as writers:
-            instances._copy_records(writers, order, offsets, spill.fileno())
+            framed.copy_records(writers, order, offsets, spill.fileno())
         t4 = clock()
     print(json.dumps({"read+tokenize": t1 - t0, "generate+encode+frame (spill)": t2 - t1,
                       "final shuffle": t3 - t2, "copy-out (+fsync)": t4 - t3, "instances": len(order)}))

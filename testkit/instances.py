@@ -62,7 +62,7 @@ def assert_hdf5_holds_records(h5_path, record_path) -> int:
 
     from shardkit.example import decode_example
     from shardkit.records import read_records
-    from wikiprep.schema import HDF5_DTYPES
+    from wikiprep.layouts.hdf5 import HDF5_DTYPES
 
     records = [decode_example(r) for r in read_records(record_path)]
     with h5py.File(h5_path, "r") as f:

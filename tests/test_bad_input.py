@@ -323,14 +323,16 @@ def _made(rel: str, change: Callable[[Path], None] | None = None, remask: bool =
     """`rel` made from the world's corpus by the library (seq 32, 5 fixed-count masks: an HDF5 file when it is
     named so, else TFRecords, Graphcore's static mask with `remask`), then damaged by change(path)."""
     def setup(root: Path) -> None:
+        from wikiprep import layouts
         from wikiprep.instances import write_pretraining_files
         from wikiprep.options import GenerationOptions
 
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
+        layout = layouts.from_output_names([path], "remask" if remask else "standard")
         write_pretraining_files([str(root / "corpus.txt")], str(root / "vocab.txt"), [path], None,
                                 GenerationOptions(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2,
-                                                  fixed_mask_count=True), layout="remask" if remask else "standard")
+                                                  fixed_mask_count=True), layout=layout)
         if change is not None:
             change(path)
     return setup

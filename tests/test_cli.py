@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from shardkit.example import decode_example
-from wikiprep import hdf5, stats, verify
+from wikiprep import stats, verify
+from wikiprep.layouts import hdf5
 from wikiprep.cli import build_parser
 from testkit.instances import encode_features
 from shardkit.manifest import write_manifest

@@ -18,10 +18,10 @@ from shardkit.example import decode_example
 from shardkit.records import read_records
 from testkit import nvidia_bert
 from testkit.instances import assert_hdf5_holds_records
-from wikiprep import hdf5
 from wikiprep.instances import write_pretraining_files
+from wikiprep.layouts import hdf5
+from wikiprep.layouts.hdf5 import HDF5_DTYPES
 from wikiprep.options import GenerationOptions
-from wikiprep.schema import HDF5_DTYPES
 
 REPO = Path(__file__).resolve().parents[1]
 from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
@@ -39,14 +39,14 @@ def made(tmp_path_factory) -> dict:
             "hdf5": [folder / f"part{i}.hdf5" for i in range(3)],
             "small": [folder / f"small{i}.h5" for i in range(3)]}
     write_pretraining_files(INPUTS, str(VOCAB), runs["tfrecord"], None, OPTIONS)
-    write_pretraining_files(INPUTS, str(VOCAB), runs["hdf5"], None, OPTIONS)
+    write_pretraining_files(INPUTS, str(VOCAB), runs["hdf5"], None, OPTIONS, layout=hdf5.LAYOUT)
     blocks: list[int] = []
     write = hdf5.HDF5Writer.write
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(hdf5, "MAX_CHUNK_ROWS", SMALL_CHUNK)
         mp.setattr(hdf5.HDF5Writer, "write", lambda self, block: (blocks.append(len(block["input_ids"])),
                                                                    write(self, block))[1])
-        write_pretraining_files(INPUTS, str(VOCAB), runs["small"], None, OPTIONS)
+        write_pretraining_files(INPUTS, str(VOCAB), runs["small"], None, OPTIONS, layout=hdf5.LAYOUT)
     return {**runs, "blocks": blocks}
 
 
@@ -145,7 +145,8 @@ def test_an_output_without_instances_is_an_empty_file_nvidias_reader_reads(tmp_p
     text = tmp_path / "two.txt"
     text.write_text("The old city is north of the river.\nIt was new.\n\nA city is in the south.\nIt is old.\n")
     outs = [tmp_path / f"w{i}.hdf5" for i in range(12)]
-    stats = write_pretraining_files([str(text)], str(VOCAB), outs, None, GenerationOptions(dupe_factor=1))
+    stats = write_pretraining_files([str(text)], str(VOCAB), outs, None, GenerationOptions(dupe_factor=1),
+                                    layout=hdf5.LAYOUT)
     sizes = [hdf5.count_instances(p) for p in outs]
     assert sum(sizes) == stats["instances"] and 0 in sizes
     empty = outs[sizes.index(0)]

@@ -220,16 +220,19 @@ def test_sequences_too_short_for_the_original_are_refused(fixtures, seq):
 
 
 def test_the_dataset_library_checks_options_before_it_writes(fixtures, tmp_path):
-    from wikiprep import dataset
+    from wikiprep import dataset, layouts
 
-    bad = Opts(masked_lm_prob=2.0)
+    with pytest.raises(PrepError, match="masked_lm_prob=2.0"):  # refused where options are made
+        Opts(masked_lm_prob=2.0)
+    bad = Opts()
+    object.__setattr__(bad, "masked_lm_prob", 2.0)  # made around that check: the library checks again
     with pytest.raises(PrepError, match="masked_lm_prob=2.0"):
-        dataset.describe(bad, None, wiki="enwiki", dump_date="20240101", multistream=True, extract_slice_mb=0,
-                         num_shards=1, min_doc_chars=0, vocab_size=30522)
+        dataset.describe(bad, None, corpus={"wiki": "enwiki", "dump_date": "20240101", "multistream": True,
+                                            "extract_slice_mb": 0}, num_shards=1, min_doc_chars=0, vocab_size=30522)
     folder = tmp_path / "seq128_mask20_dup10"
     with pytest.raises(PrepError, match="masked_lm_prob=2.0"):
         dataset.write_shard(FIXTURES / "inputs" / "sample_text.txt", _vocab(), folder / "wiki_00000.tfrecord", bad,
-                            {"max_seq_length": 128})
+                            dataset.DatasetSpec({"max_seq_length": 128}, layouts.DEFAULT, "wiki"))
     assert not folder.exists() or not any(folder.iterdir())  # no dataset.json claims the folder
 
 

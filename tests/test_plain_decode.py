@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from shardkit import example, records
 from shardkit.errors import PrepError
-from wikiprep import reader
+from wikiprep import layouts, reader
 from wikiprep.schema import BERT_INSTANCE, PRED, SEQ
 
 FEATURES = [("ids", example.INT64, 5), ("weights", example.FLOAT, 3), ("label", example.INT64, 1),
@@ -260,7 +260,7 @@ def test_file_batches_without_tensorflow_are_tensorflows(tmp_path, decoder):
     rng = random.Random(3)
     path = tmp_path / "wiki_00000.tfrecord"
     records.write_records(path, [bert_record(rng) for _ in range(reader.BATCH * 2 + 5)])
-    found = reader.RecordFiles(path, reader.TFRECORD, [path], {SEQ: 8, PRED: 2})
+    found = reader.RecordFiles(path, layouts.DEFAULT, [path], {SEQ: 8, PRED: 2})
     plain, parsed = list(reader.file_batches(found, path, tensorflow=False)), list(reader.file_batches(found, path))
     assert [len(b["input_ids"]) for b in plain] == [reader.BATCH, reader.BATCH, 5]
     for got, want in zip(plain, parsed, strict=True):
@@ -275,7 +275,7 @@ def test_a_record_it_does_not_take_is_tensorflows_from_its_batch_on(tmp_path, de
     payloads = [bert_record(rng) for _ in range(reader.BATCH + 3)]
     payloads[reader.BATCH + 1] = bert_record(rng, seq=7)
     records.write_records(path, payloads)
-    found = reader.RecordFiles(path, reader.TFRECORD, [path], {SEQ: 8, PRED: 2})
+    found = reader.RecordFiles(path, layouts.DEFAULT, [path], {SEQ: 8, PRED: 2})
     errors = []
     for tensorflow in (False, True):
         batches = reader.file_batches(found, path, tensorflow=tensorflow)
@@ -290,8 +290,9 @@ def test_a_file_of_plain_records_is_read_without_importing_tensorflow(tmp_path, 
     rng = random.Random(5)
     path = tmp_path / "wiki_00000.tfrecord"
     records.write_records(path, [bert_record(rng) for _ in range(10)])
-    code = ("import sys; from pathlib import Path; from wikiprep import reader; from wikiprep.schema import PRED, SEQ\n"
-            f"p = Path({str(path)!r}); found = reader.RecordFiles(p, reader.TFRECORD, [p], {{SEQ: 8, PRED: 2}})\n"
+    code = ("import sys; from pathlib import Path; from wikiprep import layouts, reader\n"
+            "from wikiprep.schema import PRED, SEQ\n"
+            f"p = Path({str(path)!r}); found = reader.RecordFiles(p, layouts.DEFAULT, [p], {{SEQ: 8, PRED: 2}})\n"
             "n = sum(len(b['input_ids']) for b in reader.file_batches(found, p, tensorflow=False))\n"
             "print(n, 'tensorflow' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

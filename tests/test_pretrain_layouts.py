@@ -20,7 +20,7 @@ from shardkit.example import decode_example
 from shardkit.records import read_records
 from testkit.instances import assert_hdf5_holds_records
 from testkit.reports import as_hashed
-from wikiprep import dataset, reader
+from wikiprep import dataset, layouts, reader
 from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI
 
@@ -97,7 +97,8 @@ def test_hdf5_holds_the_tfrecord_instances_in_the_same_order(made):
 
 def test_the_remask_dataset_undone_is_the_fixed_mask_count_standard_dataset(made):
     standard, rm = (reader.open_records(made[name]) for name in ("seq128_mask20_dup2", "seq128_mask20_dup2_remask"))
-    assert rm.kind == reader.REMASK and standard.kind == reader.TFRECORD
+    assert rm.layout.name == "remask" and standard.layout.name == "tfrecord"
+    assert rm.layout.pad_position_value == 384  # as dataset.json says
     undone, expected = list(reader.batches(rm)), list(reader.batches(standard))
     assert [p.name for p, _ in undone] == [p.name for p, _ in expected]
     for (path, got), (_, want) in zip(undone, expected, strict=True):
@@ -139,7 +140,8 @@ def test_a_rerun_with_other_values_never_returns_another_folders_data(made):
     # A folder's description is compared on its format and layout even when the run's own omits them (the
     # standard dataset's description has neither): a standard run never takes an HDF5 folder for its own.
     held = json.loads((made["seq128_mask20_dup2_hdf5"] / "dataset.json").read_text())
-    standard = {k: v for k, v in held.items() if k not in ("output_format", "layout")}
+    standard = dataset.DatasetSpec({k: v for k, v in held.items() if k not in ("output_format", "layout")},
+                                   layouts.DEFAULT, "wiki")
     with pytest.raises(PrepError, match=r"\(output_format 'hdf5' there, 'tfrecord' here\)"):
         dataset.check_folder(made["seq128_mask20_dup2_hdf5"], standard)
     with pytest.raises(PrepError, match=r"\(layout 'remask' there, 'standard' here\)"):

@@ -12,10 +12,10 @@ from shardkit.errors import PrepError
 from shardkit.example import decode_example, varint
 from shardkit.records import read_records
 from testkit import graphcore_remask
-from wikiprep import remask
 from wikiprep.instances import write_pretraining_files
+from wikiprep.layouts import remask
+from wikiprep.layouts.remask import GRAPHCORE_STATIC_MASK_FEATURES, REMASK_INSTANCE
 from wikiprep.options import GenerationOptions
-from wikiprep.schema import GRAPHCORE_STATIC_MASK_FEATURES, REMASK_INSTANCE
 
 from fixture_paths import GOOGLE_REFERENCE as FIXTURES, REFERENCE_VOCAB as VOCAB  # noqa: E402
 INPUTS = [str(FIXTURES / "inputs" / "sample_text.txt"), str(FIXTURES / "inputs" / "synthetic_docs.txt")]
@@ -34,7 +34,8 @@ def made(request, tmp_path_factory) -> dict:
     standard = [folder / f"standard{i}.tfrecord" for i in range(2)]
     remasked = [folder / f"remask{i}.tfrecord" for i in range(2)]
     write_pretraining_files(INPUTS, str(VOCAB), standard, None, options)
-    write_pretraining_files(INPUTS, str(VOCAB), remasked, None, options, layout=remask.REMASK, pad_position_value=pad)
+    write_pretraining_files(INPUTS, str(VOCAB), remasked, None, options,
+                            layout=remask.LAYOUT.with_parameters(pad_position_value=pad))
     return {"options": options, "pad": pad, "pairs": list(zip(standard, remasked))}
 
 

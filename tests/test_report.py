@@ -114,7 +114,7 @@ def bert(tmp_path_factory) -> dict[str, Path]:
         shutil.copy(VOCAB, folder / "vocab.txt")
         (folder / "dataset.json").write_text(json.dumps({"max_seq_length": SEQ, "max_predictions_per_seq": PRED,
                                                          "seed": 7}))
-        from wikiprep import hdf5
+        from wikiprep.layouts import hdf5
         write_manifest(folder, {p.name: hdf5.count_instances(p) if suffix == ".hdf5" else len(list(read_records(p)))
                                 for p in shards})
     return folders

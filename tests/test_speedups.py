@@ -7,6 +7,7 @@ output and index file byte for byte; the reference fixtures pin both to google-r
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import itertools
 import json
@@ -14,6 +15,7 @@ import random
 import shlex
 import shutil
 import sysconfig
+import types
 from array import array
 from pathlib import Path
 
@@ -23,7 +25,7 @@ import pytest
 from shardkit.errors import PrepError
 from shardkit.records import read_records
 from testkit.instances import encode_features
-from wikiprep import instances, remask, speedups
+from wikiprep import instances, layouts, speedups
 from wikiprep.instances import write_pretraining_files
 from wikiprep.options import GenerationOptions as Opts
 from wikiprep.tokenization import FullTokenizer, Vocab
@@ -150,16 +152,67 @@ def test_both_paths_agree_on_every_option(monkeypatch, tmp_path, name):
                                         random_seed=7, short_seq_prob=0.5)])
 def test_both_paths_agree_on_the_remask_layout(monkeypatch, tmp_path, flags):
     opts = Opts(fixed_mask_count=True, **flags)
-    _both(monkeypatch, tmp_path, [SYNTHETIC, _odd_input(tmp_path / "odd.txt")], VOCAB, opts, layout=remask.REMASK,
-          pad_position_value=-1)
+    _both(monkeypatch, tmp_path, [SYNTHETIC, _odd_input(tmp_path / "odd.txt")], VOCAB, opts,
+          layout=layouts.get("remask").with_parameters(pad_position_value=-1))
 
 
 @needs_extension
 @pytest.mark.parametrize("name", ["whole_word_128", "short_always_64"])
 def test_both_paths_agree_on_hdf5(monkeypatch, tmp_path, name):
     files = _both(monkeypatch, tmp_path, [SAMPLE, SYNTHETIC], VOCAB, Opts(**OPTION_SETS[name]),
-                  names=["a.hdf5", "b.hdf5"], indexed=False)
+                  names=["a.hdf5", "b.hdf5"], indexed=False, layout=layouts.get("hdf5"))
     assert files["a.hdf5"].startswith(b"\x89HDF")
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled generator is chosen by the layout, never by default
+
+def _python_run(monkeypatch, folder: Path, layout, names: list[str]) -> dict[str, bytes]:
+    """Every file a run of `layout` wrote, the extension built and allowed; asserts the Python generator ran."""
+    monkeypatch.delenv(speedups.PURE_PYTHON_ENV, raising=False)
+    ran = []
+    generate = instances.generate
+    monkeypatch.setattr(instances, "generate", lambda *args, **kwargs: (ran.append(1), generate(*args, **kwargs)))
+    folder.mkdir(parents=True)
+    write_pretraining_files([str(SAMPLE)], str(VOCAB), [folder / n for n in names], None,
+                            Opts(fixed_mask_count=True, dupe_factor=2, random_seed=3), layout=layout)
+    monkeypatch.undo()
+    assert ran, "the compiled generator ran for a layout that gives it no code"
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@needs_extension
+@pytest.mark.parametrize("name", list(layouts.LAYOUTS))
+def test_a_layout_without_compiled_code_is_written_by_the_python_generator(monkeypatch, tmp_path, name):
+    """Each registered layout with its compiled code taken away: the Python generator with the layout's own
+    encoder writes it, the same bytes as the compiled one."""
+    layout = layouts.get(name)
+    names = [f"a{layout.shard_suffix}", f"b{layout.shard_suffix}"]
+    compiled, _ = _write(monkeypatch, False, tmp_path / "compiled", [SAMPLE], VOCAB,
+                         Opts(fixed_mask_count=True, dupe_factor=2, random_seed=3), names, indexed=False, layout=layout)
+    python = _python_run(monkeypatch, tmp_path / "python", dataclasses.replace(layout, compiled_code=None), names)
+    assert python == compiled
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _MarkedLayout(layouts.tfrecord.TFRecordLayout):
+    """A layout the compiled generator does not know: the standard records, each after a marker."""
+
+    def encoder(self, max_seq_length, max_predictions_per_seq):
+        standard = super().encoder(max_seq_length, max_predictions_per_seq)
+        return types.SimpleNamespace(encode=lambda *emitted: b"marked:" + standard.encode(*emitted))
+
+
+@needs_extension
+def test_a_new_layout_unknown_to_the_compiled_generator_never_gets_another_layouts_bytes(monkeypatch, tmp_path):
+    marked = _MarkedLayout(name="marked", title="TFRecord, marked", file_kind="TFRecord", flags=("tfrecord", "marked"),
+                           folder_suffix="_marked", suffixes=(".tfrecord",), schema=layouts.DEFAULT.schema,
+                           compiled_code=None)
+    monkeypatch.setitem(layouts.LAYOUTS, marked.name, marked)  # registered, as a new layout's module would be
+    files = _python_run(monkeypatch, tmp_path / "marked", layouts.get("marked"), ["a.tfrecord"])
+    (tmp_path / "check.tfrecord").write_bytes(files["a.tfrecord"])
+    records = list(read_records(tmp_path / "check.tfrecord"))
+    assert records and all(r.startswith(b"marked:") for r in records)
 
 
 @needs_extension

@@ -248,7 +248,7 @@ def test_bert_bad_input(tmp_path, bert_dataset):
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "wiki_00000.index").write_text("")
-    with pytest.raises(PrepError, match=r"empty.*wiki_\*\.tfrecord"):
+    with pytest.raises(PrepError, match=r"empty: no \*\.tfrecord files"):
         train_bert(empty, tmp_path / "out")
 
     garbage = tmp_path / "garbage"

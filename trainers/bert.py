@@ -1,6 +1,6 @@
 """A small BERT pre-training loop over a dataset folder, to show the records teach.
 
-`train_bert` reads the `wiki_*.tfrecord` files that `Pretrain{128,384,512}` write, with
+`train_bert` reads the `*.tfrecord` shards that `Pretrain{128,384,512}` write (the default layout's), with
 TensorFlow's own reader and the parse spec of `BERT_INSTANCE` (so a record TF cannot parse fails
 here, not on a TPU pod later), and pre-trains a small BERT (two transformer layers) with BERT's
 recipe shrunk: masked-LM + next-sentence loss, AdamW with linear warm-up and decay. It writes
@@ -21,13 +21,14 @@ from shardkit.errors import PrepError
 from shardkit.example import decode_example, decode_example_kinds
 from shardkit.progress import Progress
 from shardkit.records import find_files, read_records
+from wikiprep import layouts
 from wikiprep.schema import BERT_INSTANCE, PRED, SEQ
 
 from .loop import (check_outputs_free, check_params, find_bad_file, first_line, first_record, set_seeds,
                    train_and_record, warmup_then_decay)
 
 BERT_COLUMNS = ("step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy", "examples_per_s")
-SHARD_GLOB = "wiki_*.tfrecord"
+SHARD_GLOB = "*" + layouts.DEFAULT.shard_suffix  # the shards of a dataset in the standard layout, BERT_INSTANCE's
 
 
 def _record_dims(path: Path, data: bytes) -> dict[str, int]:
@@ -228,7 +229,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
                holdout_files: int = 0, eval_batches: int = 50, compact_vocab: bool = False,
                jit_compile: bool = False, sinusoid_positions: bool = False, overwrite: bool = False,
                progress: Progress | None = None) -> dict:
-    """Pre-train a small BERT on the `wiki_*.tfrecord` files of `dataset_dir` for `steps` steps.
+    """Pre-train a small BERT on the `*.tfrecord` files of `dataset_dir` for `steps` steps.
 
     The recipe is BERT's, shrunk: masked-LM + next-sentence loss, the MLM decoder tied to the token
     embeddings, MLM loss and accuracy over the masked slots only, weighted by `masked_lm_weights`

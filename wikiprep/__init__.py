@@ -8,13 +8,13 @@ Modules (plain library code, no Luigi, no Keras):
   vocab         a WordPiece vocabulary trained on the corpus, deterministically
   tokenization  WordPiece tokenization identical to google-research/bert's FullTokenizer
   options       GenerationOptions: the flags that, with text and vocabulary, decide every instance
-  schema        BERT_INSTANCE, HDF5_DTYPES, REMASK_INSTANCE: a record's features in each layout, declared once
-  instances     BERT instances (masked LM + next sentence) as the original generator makes them, written as
-                TFRecords, Graphcore's remask TFRecords or NVIDIA's HDF5
+  schema        BERT_INSTANCE: the standard instance's features, declared once
+  instances     BERT instances (masked LM + next sentence) as the original generator makes them, written in
+                an output layout
+  layouts       the output layouts, one module each (TFRecords, Graphcore's remask TFRecords, NVIDIA's HDF5),
+                and the registry and flags that choose one
   speedups      which implementation of the instance writer's loops runs: Python, or their compiled twins in
                 _speedups.c (an optional C extension; the same bytes)
-  hdf5          NVIDIA's HDF5 layout: the deterministic, chunked writer and the reader
-  remask        Graphcore's static-mask layout: the rearrangement, what fits it, and its inverse
   reader        record files of every layout read back: found, their dimensions, read as standard batches, shown
   verify        verify: every check of a finished dataset folder, stopping at the first problem
   stats         dataset_stats and its report: counts and histograms -> stats.json, report.txt

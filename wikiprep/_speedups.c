@@ -242,6 +242,8 @@ static inline char *entry_head(char *p, const char *name, size_t name_len, size_
 /* ------------------------------------------------------------------------------------------------
  * The generator */
 
+/* The encoders here, by the code a layout gives (wikiprep.layouts: Layout.compiled_code; a layout without one
+ * is never written here). Rows are the spilled form of the layouts written in columns (HDF5). */
 enum { LAYOUT_STANDARD = 0, LAYOUT_REMASK = 1, LAYOUT_ROWS = 2 };
 
 typedef struct {

@@ -15,13 +15,14 @@ count), `--remask` (Graphcore's static-mask layout; implies the fixed count) wit
 `--pad_position_value`, and `--index_file` (an `offset length` index per output file).
 `--input_file` is a comma-separated list of globs, each expanded in sorted order; a glob
 matching nothing is an error (the original silently skipped it). Refused before anything is
-written: flags outside `GenerationOptions.check`'s bounds, a layout the options cannot fill
-(`instances.check_output_layout`), an empty name in `--output_file` or `--index_file`, and an
-output or index that is an input, the vocab or another output.
+written: flags outside `GenerationOptions.check`'s bounds, outputs and flags that name no layout
+(`layouts.from_output_names`) or a layout the options cannot fill (`instances.check_layout`), an
+empty name in `--output_file` or `--index_file`, and an output or index that is an input, the vocab
+or another output.
 
 `verify` stops at the first problem with one line and exit status 1; `stats` writes report.html
-(plots inside), stats.json, report.txt and the plots' PNGs into REPORT_DIR. The three read
-TFRecords in either layout and HDF5 files alike. Each command is argparse and one call into the library (`instances`, `reader`,
+(plots inside), stats.json, report.txt and the plots' PNGs into REPORT_DIR. The three read the
+files of every layout alike. Each command is argparse and one call into the library (`instances`, `reader`,
 `verify`, `stats`), run by `shardkit.cli.run`: errors are one line on stderr, never a traceback.
 """
 
@@ -38,9 +39,8 @@ from shardkit.cli import at_least_one, error_line, run
 from shardkit import progress
 from shardkit.errors import PrepError, excerpt
 
-from . import inspection, instances, reader, remask, stats, verify
+from . import inspection, instances, layouts, stats, verify
 from .options import GenerationOptions
-from .schema import PAD_POSITION_VALUE
 
 PROG = "wikiprep"
 
@@ -179,7 +179,8 @@ def _create(args: argparse.Namespace) -> None:
         if not getattr(args, flag):
             raise PrepError(f"--{flag} is required")
     # --remask implies Graphcore's fixed mask count; an explicit --fixed_mask_count=False is left to refuse.
-    implied = args.remask and "fixed_mask_count" not in getattr(args, "given", ())
+    layout_flag = layouts.create_layout_flag(args)
+    implied = layouts.implies_fixed_mask_count(layout_flag) and "fixed_mask_count" not in getattr(args, "given", ())
     options = GenerationOptions.from_object(args, fixed_mask_count=args.fixed_mask_count or implied)
     options.check()  # flags first: before the inputs are globbed and read
     inputs = expand_input_patterns(args.input_file)
@@ -187,17 +188,15 @@ def _create(args: argparse.Namespace) -> None:
     index_files = _split_list("index_file", args.index_file)
     if index_files and len(index_files) != len(outputs):
         raise PrepError(f"--index_file lists {len(index_files)} files for {len(outputs)} --output_file files")
-    layout = remask.REMASK if args.remask else remask.STANDARD
-    instances.check_output_layout(outputs, index_files or [None] * len(outputs), options, layout,
-                                  args.pad_position_value)
+    layout = layouts.from_output_names(outputs, layout_flag, pad_position_value=args.pad_position_value)
+    instances.check_layout(layout, outputs, index_files or [None] * len(outputs), options)
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
     # The original overwrites the files it is told to write: so does this command (a Luigi task never does).
     with progress.bar("instances", "B") as bar:
         written = instances.write_pretraining_files(inputs, args.vocab_file, outputs, index_files or None, options,
-                                                    layout=layout, pad_position_value=args.pad_position_value,
-                                                    overwrite=True, progress=bar)
+                                                    layout=layout, overwrite=True, progress=bar)
     print("*** Writing to output files ***", file=sys.stderr)
     for path in outputs:
         print(f"  {path}", file=sys.stderr)
@@ -226,11 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument(f"--{f.name}", type=f.type, default=f.default,
                            help=f"{f.metadata['help']} (default {f.default})")
     c.add_argument("--index_file", help="index file(s) to write, comma-separated, one per output file")
-    c.add_argument("--remask", action="store_true",
-                   help="Graphcore's static-mask layout (masked tokens first), as its --remask writes it; implies "
-                        "--fixed_mask_count")
-    c.add_argument("--pad_position_value", "--pad-position-value", type=int, default=PAD_POSITION_VALUE,
-                   help=f"with --remask, the input_position of an empty slot (default {PAD_POSITION_VALUE})")
+    layouts.add_create_flags(c)
     c.add_argument("--flagfile", metavar="FILE",
                    help="read flags from FILE, one --flag=value a line, # comments, nested --flagfile (absl's)")
 
@@ -266,7 +261,7 @@ def _verify(args: argparse.Namespace) -> None:
         summary = verify.verify(args.path, jobs=args.jobs, progress=bar)
     print(f"OK {args.path}: {summary['records']} records in {summary['files']} files, "
           f"{summary['bytes']} bytes, seq {summary['max_seq_length']}, "
-          f"{summary['max_predictions_per_seq']} predictions ({reader.KIND_NAMES[summary['kind']]})"
+          f"{summary['max_predictions_per_seq']} predictions ({layouts.get(summary['layout']).title})"
           + ("" if summary["manifest"] else "; no MANIFEST.json: records checked, not checksums"))
 
 

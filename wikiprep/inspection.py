@@ -1,8 +1,8 @@
 """`wikiprep inspect`: BERT pre-training instances as a person reads them.
 
-Each instance of a record file (TFRecord in the standard or Graphcore's remask layout, or
-NVIDIA's HDF5; ours or the original tools') is brought to the standard layout
-(`reader.file_instances`) and printed as text:
+Each instance of a record file (of any layout: TFRecords as google-research/bert or Graphcore's
+static mask writes them, NVIDIA's HDF5; ours or the original tools') is brought to the standard
+layout (`reader.file_instances`) and printed as text:
 
     --- record 1 (299 bytes): B is random
     lengths: A 9, B 6 (without [CLS] and [SEP]), real 18, padded 32; 3 masked of at most 5
@@ -151,7 +151,7 @@ def inspect_lines(path: str | Path, n: int, vocab_file: str | Path | None = None
     vocab, source = vocab_for(path, vocab_file)
     records = reader.open_records(path)
     names = TokenNames(vocab)
-    yield (f"{path}: {reader.KIND_NAMES[records.kind]}, seq {records.dims[SEQ]}, {records.dims[PRED]} predictions; "
+    yield (f"{path}: {records.layout.title}, seq {records.dims[SEQ]}, {records.dims[PRED]} predictions; "
            f"{source}. A masked position shows [MASK], or {{token}}: the random or the kept original")
     shown = 0
     for instance in instances(records, path, n):

@@ -32,9 +32,11 @@ forces Python).
 `max_predictions_per_seq` masks); it changes how many tokens are masked, not the draw order.
 
 The instances are the same whatever the output: only the encoder of the spill and the copy-out
-differ. TFRecords spill their records (`InstanceEncoder`, or `remask.RemaskEncoder` for
-Graphcore's static-mask layout); NVIDIA's HDF5 spills compact rows (`hdf5.InstanceRows`),
-copied out in blocks of whole chunks.
+differ, and both are the output layout's (`wikiprep.layouts`), passed in as a value. TFRecords
+spill their framed records and copy them out as they are; NVIDIA's HDF5 spills compact rows,
+copied out in blocks of whole chunks. The compiled generator encodes a layout when the layout
+gives its code (`Layout.compiled_arguments`); for one that gives none the Python generator runs,
+with the layout's own encoder.
 """
 
 from __future__ import annotations
@@ -50,13 +52,14 @@ from typing import Callable, Iterator, Sequence
 
 from shardkit.atomic import temp_path
 from shardkit.errors import PrepError
-from shardkit.example import encode_example, varint
+from shardkit.example import varint
 from shardkit.progress import Progress, Stage, part_of, throttle
-from shardkit.records import frame_record, record_writers
+from shardkit.records import frame_record
 
-from . import hdf5, remask, speedups
+from . import layouts, speedups
+from .layouts import Layout
 from .options import GenerationOptions
-from .schema import BERT_INSTANCE, PAD_POSITION_VALUE, PRED, SEQ
+from .schema import PRED, SEQ
 from .tokenization import FullTokenizer, Vocab
 
 log = logging.getLogger(__name__)
@@ -233,32 +236,10 @@ def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = 
 # `masked_positions` (ints); tokens and labels are varint-encoded ids (see Corpus).
 Emit = Callable[[list, int, int, list, list, bool], None]
 
-# Tables indexed by a length (the encoder's padding runs, positions and masked_lm_weights entries;
-# the generator's shuffle-step splits) are full lists or caches up to this length: the fastest
-# lookup, a few MB at most. Beyond it values are made on demand and only short ones kept, so
-# memory stays linear in max_seq_length: full tables of runs are quadratic (seq 20000 took 422 MB).
+# The shuffle-step splits of candidate lists up to this length are cached (a few MB at most); longer ones are
+# sliced per use, so memory stays linear in max_seq_length.
 _FULL_TABLE = 1024
-_KEEP_BYTES = 1024  # an `_OnDemand` table keeps values up to this size (at most ~0.5 MB of runs)
 _PROGRESS_DOCS = 64  # generate reports its progress every this many documents
-
-
-class _OnDemand(dict):
-    """`table[k]` = `make(k)`, made on first use; kept when at most _KEEP_BYTES long, else made again per use."""
-
-    def __init__(self, make: Callable[[int], bytes]):
-        super().__init__()
-        self.make = make
-
-    def __missing__(self, k: int) -> bytes:
-        value = self.make(k)
-        if len(value) <= _KEEP_BYTES:
-            self[k] = value
-        return value
-
-
-def _table(make: Callable[[int], bytes], size: int) -> list[bytes] | _OnDemand:
-    """`make(k)` for k in range(size): a list while size is small, else an `_OnDemand` table."""
-    return [make(k) for k in range(size)] if size <= _FULL_TABLE + 1 else _OnDemand(make)
 
 
 def _shuffle_steps(n: int) -> list[tuple[int, int]]:
@@ -463,107 +444,6 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
 
 
 # ---------------------------------------------------------------------------------------------
-# Encoding
-
-class InstanceEncoder:
-    """Record bytes of an instance, equal to `BERT_INSTANCE.encode` of its padded features, several times faster.
-
-    A record is the Example header and one map entry per feature in sorted name order, each
-    entry a head (key, lengths) and the packed values. input_mask and segment_ids hold one-byte
-    varints (0 or 1), so their packed values are runs of b"\\x00"/b"\\x01" and their heads are
-    fixed; the masked_lm_weights and next_sentence_labels entries take few values and are made
-    from the schema. input_ids and masked_lm_ids join the varint-encoded tokens; their heads
-    depend only on the packed length and are cached. The tables of runs, positions and weights
-    entries are `_table`s: full lists for the usual lengths, built on demand for long ones.
-    """
-
-    def __init__(self, max_seq_length: int, max_predictions_per_seq: int):
-        self.seq = max_seq_length
-        self.max_pred = max_predictions_per_seq
-        self._positions = _table(varint, max_seq_length)
-        # zeros pad masked_lm_* too: max_predictions_per_seq may exceed max_seq_length (the original pads to it)
-        self._zeros = _table(b"\x00".__mul__, max(max_seq_length, max_predictions_per_seq) + 1)
-        self._ones = _table(b"\x01".__mul__, max_seq_length + 1)
-        self._heads: dict[tuple[bytes, int], bytes] = {}
-        self._mask_head = self._head(_KEY_INPUT_MASK, max_seq_length)
-        self._segment_head = self._head(_KEY_SEGMENT_IDS, max_seq_length)
-        self._weight_entries = _table(self._weights_entry, max_predictions_per_seq + 1)
-        self._label_entries = [self._entry("next_sentence_labels", [v]) for v in (0, 1)]
-
-    def _weights_entry(self, m: int) -> bytes:
-        """The masked_lm_weights entry of an instance with m masks: m 1.0s, then 0.0s."""
-        return self._entry("masked_lm_weights", [1.0] * m + [0.0] * (self.max_pred - m))
-
-    @staticmethod
-    def _entry(name: str, values: list) -> bytes:
-        """The map entry of one feature, cut out of a one-feature Example made by encode_example."""
-        whole = encode_example([(name, BERT_INSTANCE.by_name[name].kind, values)])
-        return whole[_header_length(whole):]
-
-    def _head(self, key: bytes, packed_length: int) -> bytes:
-        """Everything of an int64 feature's map entry before its `packed_length` bytes of values."""
-        head = self._heads.get((key, packed_length))
-        if head is None:
-            entry = _int64_entry(key, b"\x00" * packed_length)
-            head = self._heads[(key, packed_length)] = entry[:len(entry) - packed_length]
-        return head
-
-    def encode(self, tokens: list[bytes], len_a: int, len_b: int, positions: list[int], labels: list[bytes],
-               is_random: bool) -> bytes:
-        n = len(tokens)
-        m = len(positions)
-        pad = self.seq - n
-        pad_pred = self.max_pred - m
-        heads, head, zeros, ones = self._heads, self._head, self._zeros, self._ones
-        ids = b"".join(tokens)
-        label_ids = b"".join(labels)
-        ptable = self._positions
-        pos = b"".join([ptable[p] for p in positions])
-        zeros_pred = zeros[pad_pred]
-        k1 = (_KEY_INPUT_IDS, len(ids) + pad)
-        k2 = (_KEY_MASKED_IDS, len(label_ids) + pad_pred)
-        k3 = (_KEY_MASKED_POSITIONS, len(pos) + pad_pred)
-        body = b"".join((
-            heads[k1] if k1 in heads else head(*k1), ids, zeros[pad],
-            self._mask_head, ones[n], zeros[pad],
-            heads[k2] if k2 in heads else head(*k2), label_ids, zeros_pred,
-            heads[k3] if k3 in heads else head(*k3), pos, zeros_pred,
-            self._weight_entries[m],
-            self._label_entries[is_random],
-            self._segment_head, zeros[len_a + 2], ones[len_b + 1], zeros[pad],
-        ))
-        return b"\x0a" + varint(len(body)) + body
-
-
-def _header_length(data: bytes) -> int:
-    """Bytes taken by the tag and the length varint that start a length-delimited field."""
-    n = 1
-    while data[n] & 0x80:
-        n += 1
-    return n + 1
-
-
-def _key(name: str) -> bytes:
-    raw = name.encode()
-    return b"\x0a" + varint(len(raw)) + raw
-
-
-_KEY_INPUT_IDS, _KEY_INPUT_MASK, _KEY_MASKED_IDS, _KEY_MASKED_POSITIONS, _KEY_SEGMENT_IDS = map(
-    _key, ("input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions", "segment_ids"))
-
-
-def _int64_entry(key: bytes, packed: bytes) -> bytes:
-    """Map entry {key, Feature{int64_list{packed values}}}; `key` is the encoded key field."""
-    if packed:
-        inner = b"\x0a" + varint(len(packed)) + packed
-        feature = b"\x1a" + varint(len(inner)) + inner
-    else:
-        feature = b"\x1a\x00"
-    entry = key + b"\x12" + varint(len(feature)) + feature
-    return b"\x0a" + varint(len(entry)) + entry
-
-
-# ---------------------------------------------------------------------------------------------
 # Public API
 
 def prepare(input_files: Sequence[str], vocab_file: str, options: GenerationOptions,
@@ -656,55 +536,27 @@ def check_output_paths(input_files: Sequence[str], vocab_file: str, output_files
         seen[identity] = f"{role} {path}"
 
 
-TFRECORD, HDF5 = "tfrecord", "hdf5"
-
-
-def output_format(output_files: Sequence[str | os.PathLike]) -> str:
-    """HDF5 when every output name ends in `.hdf5` or `.h5` (as NVIDIA's create_pretraining_data.py decides),
-    TFRecord when none does; PrepError for a mix, since one run spills its instances in one form."""
-    hdf5_names = [os.fspath(p) for p in output_files if hdf5.is_hdf5_path(p)]
-    if not hdf5_names:
-        return TFRECORD
-    if len(hdf5_names) != len(output_files):
-        other = next(os.fspath(p) for p in output_files if not hdf5.is_hdf5_path(p))
-        raise PrepError(f"output files {hdf5_names[0]} (HDF5) and {other} (TFRecord): one run writes one format; "
-                        f"run twice with the same flags for both")
-    return HDF5
-
-
-def check_output_layout(output_files: Sequence[str | os.PathLike], index_files: Sequence[str | os.PathLike | None],
-                        opts: GenerationOptions, layout: str, pad_position_value: int) -> str:
-    """The output format, after refusing what the format, the layout and the options cannot make together."""
-    if layout not in remask.LAYOUTS:
-        raise PrepError(f"layout {layout!r}: expected one of {', '.join(remask.LAYOUTS)}")
-    fmt = output_format(output_files)
-    if fmt == HDF5:
-        if layout == remask.REMASK:
-            raise PrepError(f"output file {os.fspath(output_files[0])}: the remask layout is written as TFRecords "
-                            f"(Graphcore's loader reads those); HDF5 holds NVIDIA's standard layout")
-        listed = [p for p in index_files if p is not None]
-        if listed:
-            raise PrepError(f"index file {os.fspath(listed[0])}: an index lists the records of a TFRecord file; "
-                            f"{os.fspath(output_files[0])} is HDF5 (NVIDIA's layout has no index)")
-    if layout == remask.REMASK:
-        remask.check_fits(opts, pad_position_value)
-    return fmt
+def check_layout(layout: Layout, output_files: Sequence[str | os.PathLike],
+                 index_files: Sequence[str | os.PathLike | None], opts: GenerationOptions) -> None:
+    """Refuse what `layout` cannot make of these outputs (an index beside a file that has none) and of these
+    options (a remask layout the instances may not fit), before anything is written."""
+    layout.check_outputs(output_files, index_files)
+    layout.check(opts)
 
 
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
                             index_files: Sequence[str | None] | None, opts: GenerationOptions, *,
-                            layout: str = remask.STANDARD, pad_position_value: int = PAD_POSITION_VALUE,
-                            overwrite: bool = False, progress: Progress | None = None) -> dict:
+                            layout: Layout = layouts.DEFAULT, overwrite: bool = False,
+                            progress: Progress | None = None) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
-    `index_files[i]` (or None) is the index of `output_files[i]`. Outputs named `.hdf5`/`.h5` get
-    NVIDIA's HDF5 layout (`hdf5`), others TFRecords in `layout`: google-research/bert's (standard)
-    or Graphcore's static mask (`remask`, empty slots at `pad_position_value`). Every format
-    holds the same instances in the same order. The options, the layout and the paths are checked
-    (`GenerationOptions.check`, `check_output_layout`, `check_output_paths`) before anything is
-    written, and every output and index is committed together: on any error none of them appears.
-    `overwrite` replaces existing outputs, as the original does (the command line); without it
-    an existing output is never replaced: identical is accepted, different refused (`shardkit.atomic`).
+    `index_files[i]` (or None) is the index of `output_files[i]`. The outputs are written in `layout`
+    (`wikiprep.layouts`: google-research/bert's TFRecords by default, Graphcore's static mask, NVIDIA's
+    HDF5), whatever their names; every layout holds the same instances in the same order. The options,
+    the layout and the paths are checked (`GenerationOptions.check`, `check_layout`, `check_output_paths`)
+    before anything is written, and every output and index is committed together: on any error none of
+    them appears. `overwrite` replaces existing outputs, as the original does (the command line); without
+    it an existing output is never replaced: identical is accepted, different refused (`shardkit.atomic`).
 
     `progress(done, total)` counts the input's bytes, spread over the run's phases as their time is:
     reading the first 3 tenths, generating the next 5 (by documents of every dupe pass), writing the
@@ -717,7 +569,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     if len(indexes) != len(outputs):
         raise PrepError(f"{len(indexes)} index files given for {len(outputs)} output files")
     opts.check()
-    fmt = check_output_layout(outputs, indexes, opts, layout, pad_position_value)
+    check_layout(layout, outputs, indexes, opts)
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]
     check_output_paths(input_files, vocab_file, outputs, indexes)
@@ -732,21 +584,15 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     rng = random.Random(opts.random_seed)
     stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
     dims = {SEQ: opts.max_seq_length, PRED: opts.max_predictions_per_seq}
-    if fmt == HDF5:
-        encoder = hdf5.InstanceRows(opts.max_seq_length, opts.max_predictions_per_seq)
-        writers_of_outputs = hdf5.HDF5Files(outputs, overwrite=overwrite)
-    else:
-        encoder = (InstanceEncoder(opts.max_seq_length, opts.max_predictions_per_seq) if layout == remask.STANDARD
-                   else remask.RemaskEncoder(opts.max_seq_length, opts.max_predictions_per_seq, pad_position_value))
-        writers_of_outputs = record_writers(outputs, indexes, overwrite=overwrite)
     # A temporary of the first output: if this process is killed, the next write of that output removes it.
     spill_path = temp_path(outputs[0], "spill")
     offsets = array("q", [0])
     try:
         # Every output's and index's temporary is opened first: one that cannot be written fails
         # before the work, and none is committed unless all are complete.
-        with writers_of_outputs as writers, open(spill_path, "w+b", buffering=1 << 20) as spill:
-            spill_instances(corpus, vocab, opts, rng, encoder, spill, offsets, stats,
+        with layout.writers(outputs, indexes, dims, overwrite=overwrite) as writers, \
+                open(spill_path, "w+b", buffering=1 << 20) as spill:
+            spill_instances(corpus, vocab, opts, rng, layout, spill, offsets, stats,
                             part_of(progress, read_end, generate_end, total))
             report = stats.report(corpus, vocab)
             del corpus  # not needed while the records are copied out
@@ -754,11 +600,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
             order = array("q", range(len(offsets) - 1))
             speedups.shuffle(rng, order)  # draw: shuffle(instances)
             # pread, not mmap: the spilled records stay in the page cache instead of our resident set.
-            copied = part_of(progress, generate_end, total, total)
-            if fmt == HDF5:
-                _write_hdf5_files(writers, encoder, dims, order, offsets, spill.fileno(), copied)
-            else:
-                _copy_records(writers, order, offsets, spill.fileno(), copied)
+            writers.copy(order, offsets, spill.fileno(), part_of(progress, generate_end, total, total))
     finally:
         with contextlib.suppress(FileNotFoundError):
             spill_path.unlink()
@@ -768,21 +610,24 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     return report
 
 
-def spill_instances(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random,
-                    encoder: InstanceEncoder | remask.RemaskEncoder | hdf5.InstanceRows, spill, offsets: array,
-                    stats: _Stats, progress: Progress | None = None) -> None:
-    """Every instance, in creation order, encoded by `encoder` (TFRecords framed) and written to `spill`,
-    each one's end offset appended to `offsets`, `stats` counted; `rng` left where the original's is
+def spill_instances(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random, layout: Layout,
+                    spill, offsets: array, stats: _Stats, progress: Progress | None = None) -> None:
+    """Every instance, in creation order, encoded in `layout` (framed when its encodings are) and written to
+    `spill`, each one's end offset appended to `offsets`, `stats` counted; `rng` left where the original's is
     before its final shuffle. `progress` as `generate`'s.
 
-    The compiled generator (`speedups`) when built, else `generate` with the encoder: the same bytes.
+    The compiled generator (`speedups`) when built and the layout gives its code, else `generate` with the
+    layout's encoder: the same bytes. A layout the compiled generator does not know always runs in Python.
     """
     fast = speedups.compiled_rng(rng)
-    if fast is not None and corpus.num_documents < 1 << 32 and vocab.size < 1 << 28:  # the C side's bounds
-        _spill_compiled(fast, corpus, vocab, opts, rng, encoder, spill, offsets, stats, progress)
+    compiled = layout.compiled_arguments()
+    if (fast is not None and compiled is not None and corpus.num_documents < 1 << 32
+            and vocab.size < 1 << 28):  # the C side's bounds
+        _spill_compiled(fast, compiled, corpus, vocab, opts, rng, spill, offsets, stats, progress)
         return
-    write, encode, offset = spill.write, encoder.encode, offsets.append
-    frame = None if isinstance(encoder, hdf5.InstanceRows) else frame_record
+    encode = layout.encoder(opts.max_seq_length, opts.max_predictions_per_seq).encode
+    write, offset = spill.write, offsets.append
+    frame = frame_record if layout.framed else None
     lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next
 
     def emit(tokens, la, lb, positions, labels, is_random):
@@ -796,29 +641,23 @@ def spill_instances(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: 
 
 
 _SPILL_BATCH_BYTES = 1 << 20  # the compiled generator hands over whole documents' records in batches of ~1 MiB
-_COPY_BYTES = 1 << 22  # the copy-out reads this much of the spill per call
 
 
-def _spill_compiled(fast, corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random, encoder,
+def _spill_compiled(fast, compiled: dict, corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random,
                     spill, offsets: array, stats: _Stats, progress: Progress | None) -> None:
-    """spill_instances through `_speedups.Generator`: `generate` and the encoder in C, on a copy of `rng`'s state."""
+    """spill_instances through `_speedups.Generator`: `generate` and the encoder `compiled` names (a layout's
+    `compiled_arguments`) in C, on a copy of `rng`'s state."""
     doc_first, doc_len = _shuffled_documents(corpus, rng)
-    if isinstance(encoder, hdf5.InstanceRows):
-        layout, pad_position = 2, 0
-    elif isinstance(encoder, remask.RemaskEncoder):
-        layout, pad_position = 1, encoder.pad_position
-    else:
-        layout, pad_position = 0, 0
     version, state, gauss = rng.getstate()
     generator = fast.Generator(
         tokens=corpus.tokens, sentence_starts=corpus.sentence_starts, doc_first=doc_first, doc_len=doc_len,
-        state=state, layout=layout, max_seq_length=opts.max_seq_length,
+        state=state, max_seq_length=opts.max_seq_length,
         max_predictions_per_seq=opts.max_predictions_per_seq, masked_lm_prob=opts.masked_lm_prob,
         short_seq_prob=opts.short_seq_prob, dupe_factor=opts.dupe_factor, fixed_mask_count=opts.fixed_mask_count,
         do_whole_word_mask=opts.do_whole_word_mask, cls_id=vocab.cls_id, sep_id=vocab.sep_id,
         mask_id=vocab.mask_id, replacements=array("i", vocab.word_ids()), continuation=vocab.continuation_flags(),
-        lengths=stats.lengths, masked=stats.masked, random_next=stats.random_next, framed=layout != 2,
-        pad_position=varint(pad_position), misfit_error=PrepError)
+        lengths=stats.lengths, masked=stats.masked, random_next=stats.random_next, misfit_error=PrepError,
+        **compiled)
     total = opts.dupe_factor * corpus.num_documents
     spill.flush()  # the generator writes to its descriptor, after whatever the file object holds
     fd = spill.fileno()
@@ -829,78 +668,16 @@ def _spill_compiled(fast, corpus: Corpus, vocab: Vocab, opts: GenerationOptions,
     rng.setstate((version, generator.state(), gauss))
 
 
-def _gather(fd: int, offsets: array, order: array, start: int, stop: int, step: int, file_offset: int,
-            max_bytes: int) -> tuple[bytes, bytes, int]:
-    """The spilled records order[start:stop:step] (record i is bytes offsets[i]:offsets[i + 1] of `fd`), read
-    one after another until at least `max_bytes` are, with their index lines counted from `file_offset`;
-    and the first k not read."""
-    data: list[bytes] = []
-    index: list[bytes] = []
-    size, k, pread = 0, start, os.pread
-    while k < stop and (size < max_bytes or not data):
-        inst = order[k]
-        begin, length = offsets[inst], offsets[inst + 1] - offsets[inst]
-        data.append(pread(fd, length, begin))
-        index.append(b"%d %d\n" % (file_offset + size, length))
-        size += length
-        k += step
-    return b"".join(data), b"".join(index), min(k, stop)
-
-
-def _copy_records(writers: list, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
-    """Spilled framed record `order[k]` to writer k mod n (empty writers), each writer's in blocks of about
-    _COPY_BYTES (`progress(done, total)` in records, per block). The compiled `copy_shuffled` reads the spill
-    front to back instead of once per record, and overwrites it."""
-    n_out, total = len(writers), len(order)
-    done = 0
-
-    def write(j: int, data: bytes, index_lines: bytes, count: int) -> None:
-        nonlocal done
-        if progress is not None:
-            progress(done, total)
-        writers[j].write_framed(data, index_lines, count)
-        done += count
-
-    fast = speedups.compiled()
-    if fast is not None:
-        fast.copy_shuffled(fd, offsets, order, n_out, _COPY_BYTES, write)
-        return
-    for j, writer in enumerate(writers):
-        k = j
-        while k < total:
-            data, index_lines, after = _gather(fd, offsets, order, k, total, n_out, writer.offset, _COPY_BYTES)
-            write(j, data, index_lines, len(range(k, after, n_out)))
-            k = after
-
-
-def _write_hdf5_files(files: hdf5.HDF5Files, rows: hdf5.InstanceRows, dims: dict[str, int], order: array,
-                      offsets: array, fd: int, progress: Progress | None = None) -> None:
-    """Instance `order[k]` to output k mod n, a block of whole chunks per output at a time
-    (`progress(done, total)` in instances, per block)."""
-    n_out, total = len(files.paths), len(order)
-    writers = [files.create(j, len(range(j, total, n_out)), dims) for j in range(n_out)]
-    step = hdf5.chunk_rows(dims) * n_out  # a multiple of n_out: row i of a block goes to output i mod n_out
-    pread = os.pread
-    for start in range(0, total, step):
-        if progress is not None:
-            progress(start, total)
-        block = rows.block([pread(fd, offsets[inst + 1] - offsets[inst], offsets[inst])
-                            for inst in order[start:start + step]])
-        for j, w in enumerate(writers):
-            w.write({name: values[j::n_out] for name, values in block.items()})
-
-
 def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None,
-                            options: GenerationOptions, *, layout: str = remask.STANDARD,
-                            pad_position_value: int = PAD_POSITION_VALUE, overwrite: bool = False,
+                            options: GenerationOptions, *, layout: Layout = layouts.DEFAULT, overwrite: bool = False,
                             progress: Progress | None = None) -> dict:
-    """All instances of `input_files` in one file (+ its `offset length` index for a TFRecord); returns stats.
+    """All instances of `input_files` in one file (+ its `offset length` index, in a layout that has one);
+    returns stats.
 
     The instances, their order and every feature equal those of google-research/bert's
     create_pretraining_data.py run with the same files, vocab, flags and seed (unless
-    `options.fixed_mask_count`). A `.hdf5`/`.h5` `output_file` holds them in NVIDIA's HDF5 layout;
-    `layout="remask"` writes Graphcore's static-mask TFRecords. Raises PrepError for bad input;
-    nothing is left half-written.
+    `options.fixed_mask_count`), in `layout` (`write_pretraining_files`). Raises PrepError for bad
+    input; nothing is left half-written.
     """
     return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options, layout=layout,
-                                   pad_position_value=pad_position_value, overwrite=overwrite, progress=progress)
+                                   overwrite=overwrite, progress=progress)

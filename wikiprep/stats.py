@@ -1,7 +1,7 @@
 """Counts and histograms of a folder of BERT records: `dataset_stats`, its text and HTML reports, `write_report`.
 
-Every record is read as a trainer reads it (through `reader.file_batches`: TensorFlow for TFRecords in
-either layout, h5py for NVIDIA's HDF5 files), so the figures describe what a trainer gets. Each file is
+Every record is read as a trainer reads it (through `reader.file_batches`: TensorFlow for TFRecords of
+any layout, h5py for NVIDIA's HDF5 files), so the figures describe what a trainer gets. Each file is
 read alone (`file_stats`, a small dict) and the files' figures merged in file order: a shard's writer
 can read back its own shard, and the task closing the dataset only add them up.
 `write_report` writes stats.json (every figure), report.txt, one PNG per plot and report.html,
@@ -25,7 +25,8 @@ from shardkit.errors import PrepError
 from shardkit.manifest import manifest_status, status_words
 from shardkit.progress import Progress, Stage, throttle
 
-from .reader import KIND_NAMES, RecordFiles, file_batches, open_records
+from . import layouts
+from .reader import RecordFiles, file_batches, open_records
 from .schema import PRED, SEQ
 from .tokenization import CLS, PAD, SEP, UNK, Vocab
 
@@ -189,7 +190,7 @@ def merge_file_stats(parts: list[dict], found: RecordFiles, vocab: Vocab | None)
     special = {vocab.ids[t] for t in (CLS, SEP, PAD) if t in vocab.ids} if vocab is not None else set()
     masks_total = int((masked * np.arange(max_pred + 1)).sum())
     return {
-        "format": found.kind,
+        "format": found.layout.name,
         "max_seq_length": seq,
         "max_predictions_per_seq": max_pred,
         "files": [{"file": p["file"], "records": p["records"], "bytes": p["bytes"], "random_next": p["random_next"],
@@ -311,7 +312,7 @@ def stats_report_text(st: dict) -> str:
     b = st["bytes_per_file"]
     manifest = st.get("manifest", {})
     lines = [
-        f"BERT dataset {st['folder']} ({KIND_NAMES[st['format']]})",
+        f"BERT dataset {st['folder']} ({layouts.get(st['format']).title})",
         f"records             {st['records']} in {len(st['files'])} files "
         f"(seq {st['max_seq_length']}, {st['max_predictions_per_seq']} predictions)",
         f"tokens              {st['tokens']} (mean length {st['mean_length']:.1f})",
@@ -530,7 +531,7 @@ def report_html(st: dict) -> tuple[str, Report]:
     seq, pred, n = st["max_seq_length"], st["max_predictions_per_seq"], st["records"]
     manifest, vocab = st["manifest"], st["vocab"]
     summary = section("Summary", facts([
-        ("format", KIND_NAMES[st["format"]]),
+        ("format", layouts.get(st["format"]).title),
         ("instances", n), ("files", len(st["files"])),
         ("max_seq_length", seq), ("max_predictions_per_seq", pred),
         ("real tokens", st["tokens"]), ("mean real tokens per instance", round(st["mean_length"], 2)),
@@ -623,7 +624,7 @@ def report_html(st: dict) -> tuple[str, Report]:
                   + ("" if st["vocab"]["file"] else " No vocab.txt beside the records: token ids are shown.")),
         *shown)
     title = f"BERT dataset {st['folder']}"
-    lead = (f"{n:,} instances of {KIND_NAMES[st['format']]} records, seq {seq}, {pred} predictions. "
+    lead = (f"{n:,} instances of {layouts.get(st['format']).title} records, seq {seq}, {pred} predictions. "
             f"Figures from reading every record; stats.json holds every number shown.")
     return page(title, [summary, dataset, lengths, segments, masks, shards, tokens, instances], lead), rep
 

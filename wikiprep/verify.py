@@ -1,10 +1,10 @@
 """Checking a finished BERT dataset folder: `verify(path)` stops at the first problem with one PrepError line.
 
 It checks MANIFEST.json checksums and record counts, every index file against its shard, the
-instance total in stats.json, and reads every record (`reader.file_batches`: TensorFlow with the
-schema of the folder's layout at its dimensions, or h5py for NVIDIA's HDF5 files) and checks the
-invariants every instance of the generator keeps (`check_batch`, on the standard layout; a
-remask record is first checked and rearranged back by `remask.to_standard`).
+instance total in stats.json, and reads every record (`reader.file_batches`: each layout reads its
+own files, TensorFlow with its schema at the folder's dimensions for TFRecords, h5py for NVIDIA's
+HDF5 files) and checks the invariants every instance of the generator keeps (`check_batch`, on the
+standard layout, which a layout's read-back checks and rearranges its records into first).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, check_manifest
 from shardkit.pool import file_map
 from shardkit.progress import Progress, Stage, throttle
-from shardkit.records import check_index, index_path_for
 
-from .reader import HDF5, RecordFiles, count_records, file_batches, open_records
+from .reader import RecordFiles, file_batches, open_records
 from .schema import SEQ
 
 log = logging.getLogger(__name__)
@@ -62,13 +61,13 @@ def check_batch(b: dict, seq: int) -> str | None:
 def verify(path: str | Path, jobs: int = 1, progress: Progress | None = None) -> dict:
     """Check a BERT dataset folder, or record files without a manifest; PrepError naming the first problem.
 
-    A folder with MANIFEST.json gets every check of the module docstring. A record file (TFRecord
-    in either layout, or HDF5), or a folder of them without MANIFEST.json, gets the record checks
-    only (framing and CRCs, the index beside a TFRecord when there is one, parsing, invariants); a
+    A folder with MANIFEST.json gets every check of the module docstring. A record file (of any
+    layout), or a folder of them without MANIFEST.json, gets the record checks only (framing and
+    CRCs, the index beside a file when there is one, parsing, invariants); a
     folder with dataset.json but no MANIFEST.json is an unfinished dataset and is refused.
     `jobs` worker processes check files in parallel (`shardkit.pool.file_map`): each stage's files
     in file order, so the summary and the first problem are those of `jobs` 1.
-    Returns a summary: files, records, bytes, the dimensions, the kind, and whether a manifest was checked.
+    Returns a summary: files, records, bytes, the dimensions, the layout's name, and whether a manifest was checked.
     `progress(done, total)` counts bytes: of the files MANIFEST.json lists as they are hashed (total None,
     the whole not known yet), then of the record files as their records are read and checked, file by file.
     """
@@ -99,7 +98,7 @@ def _verify(path: Path, each_file, progress: Progress | None) -> dict:
     counts: dict[Path, int] = {}
     if manifest is not None:
         listed = {e["path"]: e for e in manifest.get("files", [])}
-        counted = each_file(functools.partial(_count, records), files)
+        counted = each_file(records.layout.count, files)
         for file in files:
             rel = file.relative_to(path).as_posix()
             if rel not in listed:
@@ -116,9 +115,9 @@ def _verify(path: Path, each_file, progress: Progress | None) -> dict:
                 raise PrepError(f"{stats_path}: not valid JSON") from None
             if declared is not None and declared != sum(counts.values()):
                 raise PrepError(f"{stats_path}: says {declared} instances but the shards hold {sum(counts.values())}")
-    elif records.kind != HDF5:
-        indexed = [file for file in files if index_path_for(file).is_file()]  # not required, but one must match
-        counts.update(zip(indexed, each_file(functools.partial(_count, records), indexed)))
+    elif records.layout.indexed:  # an index is not required, but one that is there must match
+        indexed = [file for file in files if records.layout.index_path(file).is_file()]
+        counts.update(zip(indexed, each_file(records.layout.count, indexed)))
     sizes = {file: file.stat().st_size for file in files}
     total, done = hashed[0] + sum(sizes.values()), hashed[0]
     parsed = {}
@@ -131,16 +130,10 @@ def _verify(path: Path, each_file, progress: Progress | None) -> dict:
             progress(done, total)
     for file, n in parsed.items():
         if file in counts and n != counts[file]:
-            raise PrepError(f"{file}: {n} records read, the {'file' if records.kind == HDF5 else 'index'} "
+            raise PrepError(f"{file}: {n} records read, the {'index' if records.layout.indexed else 'file'} "
                             f"lists {counts[file]}")
-    return {"files": len(files), "records": sum(parsed.values()), **records.dims, "kind": records.kind,
+    return {"files": len(files), "records": sum(parsed.values()), **records.dims, "layout": records.layout.name,
             "manifest": with_manifest, "bytes": total}
-
-
-def _count(records: RecordFiles, file: Path) -> int:
-    """The records of one file, without parsing them: HDF5's row count, or the TFRecord framing and CRCs,
-    checked against the file's index."""
-    return count_records(records, file) if records.kind == HDF5 else check_index(file, index_path_for(file))
 
 
 def _parse(records: RecordFiles, file: Path) -> int:

@@ -33,11 +33,10 @@ from luigi.util import inherits
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
                              write_dir_receipt, write_receipt)
 from shardkit.errors import PrepError
-from wikiprep import dataset, instances, reader, remask, sentences, vocab
+from wikiprep import dataset, layouts, reader, sentences, vocab
 from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
 from wikiprep.corpus import Piece, Source
 from wikiprep.options import GenerationOptions
-from wikiprep.schema import PAD_POSITION_VALUE
 from wikiprep.tokenization import Vocab
 
 from .base import (BoolParameter, ChoiceParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget,
@@ -349,36 +348,37 @@ class PretrainTask(CorpusTask):
     fixed_mask_count = BoolParameter(default=False,
                                      description="Graphcore's fixed count: a full sequence gets exactly "
                                                  "max_predictions_per_seq masks (implied by --layout remask)")
-    output_format = ChoiceParameter(default=instances.TFRECORD, choices=(instances.TFRECORD, instances.HDF5),
+    output_format = ChoiceParameter(default=layouts.OUTPUT_FORMATS[0], choices=layouts.OUTPUT_FORMATS,
                                     description="tfrecord (google-research/bert, Graphcore), or hdf5 (NVIDIA's "
                                                 "PyTorch BERT layout, in the sibling folder ..._hdf5)")
-    layout = ChoiceParameter(default=remask.STANDARD, choices=remask.LAYOUTS,
+    layout = ChoiceParameter(default=layouts.LAYOUT_FLAGS[0], choices=layouts.LAYOUT_FLAGS,
                              description="standard, or remask: Graphcore's static-mask TFRecords (sibling folder "
                                          "..._remask), with Graphcore's fixed mask count")
-    pad_position_value = IntParameter(default=PAD_POSITION_VALUE,
+    pad_position_value = IntParameter(default=layouts.PAD_POSITION_VALUE,
                                       description="with --layout remask: the input_position of an empty slot")
 
     def check_before_work(self) -> None:
         """What no single parameter says alone, before any work: a bad combination fails before the download."""
         super().check_before_work()
         options = self.options  # GenerationOptions refuses values that make no dataset
-        if self.layout == remask.REMASK:
-            if self.output_format == instances.HDF5:
-                raise PrepError("--output-format hdf5 --layout remask: the remask layout is written as TFRecords "
-                                "(Graphcore's loader reads those); HDF5 holds NVIDIA's standard layout")
-            remask.check_fits(options, self.pad_position_value)
+        self.output_layout.check(options)  # the flags name a layout (PrepError else), whose instances fit it
+
+    @property
+    def output_layout(self) -> layouts.Layout:
+        """The layout --output-format, --layout and --pad-position-value name (`layouts.from_flags`)."""
+        return layouts.from_flags(self.output_format, self.layout, pad_position_value=self.pad_position_value)
 
     @property
     def options(self) -> GenerationOptions:
         """The generation options, with the global seed (each shard's own derives from it). The remask
         layout implies Graphcore's fixed mask count, as `create-pretraining-data --remask` does: only
-        with it does a full-length sequence fit (remask.check_fits)."""
-        return GenerationOptions.from_object(self, random_seed=self.seed,
-                                             fixed_mask_count=self.fixed_mask_count or self.layout == remask.REMASK)
+        with it does a full-length sequence fit (`layouts.implies_fixed_mask_count`)."""
+        fixed = self.fixed_mask_count or layouts.implies_fixed_mask_count(self.layout)
+        return GenerationOptions.from_object(self, random_seed=self.seed, fixed_mask_count=fixed)
 
     @property
     def dataset_dir(self) -> Path:
-        return self.work_dir / dataset.folder_name(self.options, self.output_format, self.layout)
+        return self.work_dir / dataset.folder_name(self.options, self.output_layout)
 
     def vocab_task(self) -> TrainVocab | None:
         return None if self.vocab_file else self.stage(TrainVocab)
@@ -390,10 +390,14 @@ class PretrainTask(CorpusTask):
         """What defines the dataset's content (dataset.describe); a folder made with other values is never
         mixed with this one. `with_vocab` False leaves out the vocabulary's hash."""
         return dataset.describe(self.options, self.vocab_path() if with_vocab else None,
-                                **self.source().description(), num_shards=self.num_shards,
-                                min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size,
-                                output_format=self.output_format, layout=self.layout,
-                                pad_position_value=self.pad_position_value)
+                                corpus=self.source().description(), num_shards=self.num_shards,
+                                min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size, layout=self.output_layout)
+
+    def dataset_spec(self, with_vocab: bool = True) -> dataset.DatasetSpec:
+        """The description (`description`), the layout, the shards' prefix and the corpus' keys that change no byte."""
+        source = self.source()
+        return dataset.DatasetSpec(self.description(with_vocab), self.output_layout, source.shard_prefix,
+                                   source.same_bytes)
 
 
 class PretrainShard(PretrainTask):
@@ -413,18 +417,18 @@ class PretrainShard(PretrainTask):
         return deps
 
     def output(self):
-        return ReceiptTarget(self.dataset_dir / dataset.shard_name(self.shard, self.output_format))
+        return ReceiptTarget(self.dataset_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
+                                                                   self.output_layout))
 
     def run(self):
         out = self.output().path
         seed = dataset.shard_seed(self.seed, self.shard)
         stats = dataset.write_shard(self.input()["sentences"].path,
                                     self.vocab_path(), out, dataclasses.replace(self.options, random_seed=seed),
-                                    self.description(), layout=self.layout, pad_position_value=self.pad_position_value,
-                                    progress=self.progress(f"instances {out.name}", "B"))
+                                    self.dataset_spec(), progress=self.progress(f"instances {out.name}", "B"))
         # The index's hash too, taken here where the shard was written, so that PretrainDataset's
         # manifest reads neither file again (HDF5 shards have no index).
-        index = dataset.shard_index(out)
+        index = self.output_layout.index_path(out)
         written = {} if index is None else \
             {"index": {"file": index.name, "size": index.stat().st_size, "sha256": sha256_file(index)}}
         # The report's figures of this shard, read back here, in parallel with the other shards, so that
@@ -447,7 +451,7 @@ class PretrainDataset(PretrainTask):
         to be trained has no hash yet, but the parameters it is trained with are in the description.
         Checked here once, not per shard: Luigi asks this task first, and nothing runs when it refuses."""
         super().check_before_work()  # the corpus' parameters first: the folder's path is made of them
-        dataset.check_folder(self.dataset_dir, self.description(with_vocab=bool(self.vocab_file)))
+        dataset.check_folder(self.dataset_dir, self.dataset_spec(with_vocab=bool(self.vocab_file)))
 
     def requires(self):
         return [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
@@ -460,9 +464,8 @@ class PretrainDataset(PretrainTask):
         if not manifest.exists():
             # Their report figures dropped as each is read: the report, below, takes them one at a time.
             receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
-            dataset.finalize(self.dataset_dir, self.description(), self.vocab_path(), [r["stats"] for r in receipts],
-                             self.stage(SentenceShards).stats(), output_format=self.output_format,
-                             known_files=written_files(receipts))
+            dataset.finalize(self.dataset_dir, self.dataset_spec(), self.vocab_path(), [r["stats"] for r in receipts],
+                             self.stage(SentenceShards).stats(), known_files=written_files(receipts))
             write_receipt(manifest.path)
         if self.output()["report"].exists():  # only the manifest was missing: the report stands
             return

@@ -24,15 +24,75 @@ id 0, and the instance intact when one does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from shardkit.errors import PrepError
-from shardkit.example import FLOAT, INT64, encode_example, varint
+from shardkit.example import FLOAT, INT64, varint
+from shardkit.schema import Feature, Schema
 
-from .options import GenerationOptions
-from .schema import PAD_POSITION_VALUE
+from ..options import GenerationOptions
+from ..schema import PRED, SEQ
+from .framed import FramedLayout, feature_entry, feature_key, int64_entry, one_record_batch
 
-STANDARD, REMASK = "standard", "remask"
-LAYOUTS = (STANDARD, REMASK)
+# Graphcore's static-mask layout, as `bert_data/create_pretraining_data.py --remask` of its TF1 BERT writes
+# it and `bert_data/pretraining.py` (`use_static_mask`) reads it: the masked tokens come first, so the model
+# gathers its predictions from fixed slots. A full-length sequence fits only with exactly
+# max_predictions_per_seq masks (Graphcore's forced count, `fixed_mask_count`).
+REMASK_INSTANCE = Schema("BERT pre-training, Graphcore static mask", [
+    Feature("input_ids", INT64, (SEQ,), "the masked tokens (slots 0 to mask_padding_index - 1), zeros up to slot "
+                                        "max_predictions_per_seq, then the other tokens in order, then zeros"),
+    Feature("input_position", INT64, (SEQ,), "each slot's position in the standard layout; pad_position_value "
+                                             "for an empty slot"),
+    Feature("segment_ids", INT64, (SEQ,), "each slot's segment id (0 for an empty slot)"),
+    Feature("mask_padding_index", INT64, (1,), "the number of masked tokens: the first empty mask slot"),
+    Feature("seq_padding_index", INT64, (1,), "the first empty slot after the unmasked tokens"),
+    Feature("masked_lm_positions", INT64, None, "positions of the masked tokens, ascending, not padded "
+                                                "(as Graphcore writes it; its loader does not read it)"),
+    Feature("masked_labels", INT64, (PRED,), "the original token of each mask slot, then zeros"),
+    Feature("masked_lm_ids", INT64, (PRED,), "the same as masked_labels (Graphcore writes both)"),
+    Feature("masked_lm_weights", FLOAT, (PRED,), "1.0 for each mask slot holding a token, then 0.0"),
+    Feature("next_sentence_labels", INT64, (1,), "1: B is a random sentence; 0: B is the actual next"),
+])
+# What Graphcore's loader parses (`name_to_features` with use_static_mask): all but the two unpadded/duplicate ones.
+GRAPHCORE_STATIC_MASK_FEATURES = ("input_ids", "input_position", "segment_ids", "mask_padding_index",
+                                  "seq_padding_index", "masked_labels", "masked_lm_weights", "next_sentence_labels")
+
+# Graphcore's `--pad-position-value` default: the input_position of an empty slot.
+PAD_POSITION_VALUE = 384
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemaskLayout(FramedLayout):
+    """The static-mask TFRecords. `pad_position_value`: the input_position of an empty slot; None when not
+    known (a file read back without its dataset.json), which the read-back then does not check."""
+
+    pad_position_value: int | None = PAD_POSITION_VALUE
+    parameters = ("pad_position_value",)
+
+    def check(self, options: GenerationOptions) -> None:
+        check_fits(options, self.pad_position_value)
+
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> "RemaskEncoder":
+        return RemaskEncoder(max_seq_length, max_predictions_per_seq, self.pad_position_value)
+
+    def compiled_arguments(self) -> dict | None:
+        arguments = super().compiled_arguments()
+        return None if arguments is None else {**arguments, "pad_position": varint(self.pad_position_value)}
+
+    def to_standard(self, batch: dict, dims: dict[str, int]) -> dict:
+        return to_standard(batch, dims[PRED], self.pad_position_value)
+
+    def example_to_standard(self, ex: dict[str, list], dims: dict[str, int]) -> dict[str, list]:
+        standard = self.to_standard(one_record_batch(self.schema, ex), dims)
+        return {name: values[0].tolist() for name, values in standard.items()}
+
+
+LAYOUT = RemaskLayout(name="remask", title="TFRecord, Graphcore static mask", file_kind="TFRecord",
+                      flags=("tfrecord", "remask"), folder_suffix="_remask", suffixes=(".tfrecord",),
+                      schema=REMASK_INSTANCE, implies_fixed_mask_count=True,
+                      flags_note="the remask layout is written as TFRecords (Graphcore's loader reads those)",
+                      compiled_code=1)  # _speedups.c: LAYOUT_REMASK
 
 
 def check_fits(options: GenerationOptions, pad_position_value: int = PAD_POSITION_VALUE) -> None:
@@ -58,7 +118,7 @@ class RemaskEncoder:
 
     `features` says what the record holds (plain ints, as Graphcore's writer computes them);
     `encode` gives `REMASK_INSTANCE.encode` of them, built from the generator's varint bytes
-    without per-value Python work, as `instances.InstanceEncoder` does for the standard layout.
+    without per-value Python work, as `tfrecord.InstanceEncoder` does for the standard layout.
     """
 
     def __init__(self, max_seq_length: int, max_predictions_per_seq: int, pad_position_value: int = PAD_POSITION_VALUE):
@@ -67,7 +127,7 @@ class RemaskEncoder:
         self.pad_position = pad_position_value
         self._pad = varint(pad_position_value)
         self._weights: dict[int, bytes] = {}
-        self._labels = [_entry("next_sentence_labels", INT64, [v]) for v in (0, 1)]
+        self._labels = [feature_entry("next_sentence_labels", INT64, [v]) for v in (0, 1)]
 
     def _check(self, n: int, m: int) -> None:
         if m > self.pred or n - m > self.seq - self.pred:
@@ -112,40 +172,27 @@ class RemaskEncoder:
         label_ids = b"".join(labels) + gap
         weights = self._weights.get(m)
         if weights is None:
-            weights = self._weights[m] = _entry("masked_lm_weights", FLOAT, [1.0] * m + [0.0] * (self.pred - m))
+            weights = self._weights[m] = feature_entry("masked_lm_weights", FLOAT,
+                                                       [1.0] * m + [0.0] * (self.pred - m))
         body = b"".join((  # the features in name order, as encode_example writes them
-            _int64_entry(b"input_ids", b"".join([tokens[p] for p in positions]) + gap
-                         + b"".join([tokens[p] for p in others]) + tail),
-            _int64_entry(b"input_position", listed + pad * len(gap) + b"".join([varint(p) for p in others])
-                         + pad * len(tail)),
-            _int64_entry(b"mask_padding_index", varint(m)),
-            _int64_entry(b"masked_labels", label_ids),
-            _int64_entry(b"masked_lm_ids", label_ids),
-            _int64_entry(b"masked_lm_positions", listed),
+            int64_entry(_KEYS["input_ids"], b"".join([tokens[p] for p in positions]) + gap
+                        + b"".join([tokens[p] for p in others]) + tail),
+            int64_entry(_KEYS["input_position"], listed + pad * len(gap) + b"".join([varint(p) for p in others])
+                        + pad * len(tail)),
+            int64_entry(_KEYS["mask_padding_index"], varint(m)),
+            int64_entry(_KEYS["masked_labels"], label_ids),
+            int64_entry(_KEYS["masked_lm_ids"], label_ids),
+            int64_entry(_KEYS["masked_lm_positions"], listed),
             weights,
             self._labels[is_random],
-            _int64_entry(b"segment_ids", b"".join([b"\x01" if p >= first_b else b"\x00" for p in positions]) + gap
-                         + bytes(first_b - masked_in_a) + b"\x01" * (n - m - first_b + masked_in_a) + tail),
-            _int64_entry(b"seq_padding_index", varint(self.pred + n - m)),
+            int64_entry(_KEYS["segment_ids"], b"".join([b"\x01" if p >= first_b else b"\x00" for p in positions])
+                        + gap + bytes(first_b - masked_in_a) + b"\x01" * (n - m - first_b + masked_in_a) + tail),
+            int64_entry(_KEYS["seq_padding_index"], varint(self.pred + n - m)),
         ))
         return b"\x0a" + varint(len(body)) + body
 
 
-def _entry(name: str, kind: str, values: list) -> bytes:
-    """The map entry of one feature, cut out of a one-feature Example made by encode_example."""
-    whole = encode_example([(name, kind, values)])
-    n = 1
-    while whole[n] & 0x80:
-        n += 1
-    return whole[n + 1:]
-
-
-def _int64_entry(name: bytes, packed: bytes) -> bytes:
-    """The map entry {name, Feature{int64_list{packed values}}}, as encode_example writes it."""
-    inner = b"\x0a" + varint(len(packed)) + packed if packed else b""
-    feature = b"\x1a" + varint(len(inner)) + inner
-    entry = b"\x0a" + varint(len(name)) + name + b"\x12" + varint(len(feature)) + feature
-    return b"\x0a" + varint(len(entry)) + entry
+_KEYS = {name: feature_key(name) for name in REMASK_INSTANCE.names}
 
 
 def to_standard(b: dict, max_predictions_per_seq: int, pad_position_value: int | None = None) -> dict:

@@ -2,8 +2,8 @@
 
 NVIDIA's PyTorch BERT (DeepLearningExamples, PyTorch/LanguageModeling/BERT: `run_pretraining.py`'s
 `pretraining_dataset`) and MLPerf's PyTorch BERT read one HDF5 file per shard with h5py: the
-datasets and dtypes of `schema.HDF5_DTYPES`, gzip-compressed, as NVIDIA's
-`create_pretraining_data.py` writes them (an `--output_file` ending in `.hdf5` or `.h5`).
+datasets and dtypes of `HDF5_DTYPES`, gzip-compressed, as NVIDIA's `create_pretraining_data.py`
+writes them (an `--output_file` ending in `.hdf5` or `.h5`).
 
 Writing. NVIDIA's writer fills one array per feature for the whole shard and writes each at once;
 here a shard is written in blocks of whole chunks (`chunk_rows`), so memory holds one block.
@@ -27,15 +27,30 @@ import os
 import re
 import struct
 from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from shardkit.atomic import atomic_write_together, write_error
 from shardkit.errors import PrepError
+from shardkit.progress import Progress
 
-from .schema import BERT_INSTANCE, HDF5_DTYPES, PRED, SEQ
+from ..schema import BERT_INSTANCE, PRED, SEQ
+from .base import BATCH, Layout
 
-SUFFIXES = (".hdf5", ".h5")
+# NVIDIA's HDF5 layout, as DeepLearningExamples' PyTorch/LanguageModeling/BERT create_pretraining_data.py
+# writes it (`write_instance_to_example_file`) and its run_pretraining.py `pretraining_dataset` reads it:
+# one gzip-compressed dataset per feature of BERT_INSTANCE, with these dtypes, [N, length] ([N] for
+# next_sentence_labels). No masked_lm_weights: the reader takes the first 0 in masked_lm_positions as the
+# end of the masks ([CLS], at 0, is never masked).
+HDF5_DTYPES = {
+    "input_ids": "i4",
+    "input_mask": "i1",
+    "segment_ids": "i1",
+    "masked_lm_positions": "i4",
+    "masked_lm_ids": "i4",
+    "next_sentence_labels": "i1",
+}
 # The file format: the earliest versions that hold these objects (what h5py writes by default, and what
 # NVIDIA's files use), and never a format newer than HDF5 1.10's, whatever the library's version.
 LIBVER = ("earliest", "v110")
@@ -45,9 +60,51 @@ MAX_CHUNK_ROWS = 1024
 READ_ROWS = 512  # rows per block when reading back
 
 
-def is_hdf5_path(path: str | os.PathLike) -> bool:
-    """True for a name NVIDIA's create_pretraining_data.py writes HDF5 to (`.hdf5` or `.h5`, any case)."""
-    return Path(path).suffix.lower() in SUFFIXES
+@dataclass(frozen=True, kw_only=True)
+class HDF5Layout(Layout):
+    """NVIDIA's HDF5 files: written in columns from spilled rows (`InstanceRows`), no index."""
+
+    def check_outputs(self, output_files, index_files) -> None:
+        listed = [p for p in index_files if p is not None]
+        if listed:
+            raise PrepError(f"index file {os.fspath(listed[0])}: an index lists the records of a TFRecord file; "
+                            f"{os.fspath(output_files[0])} is HDF5 (NVIDIA's layout has no index)")
+
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> "InstanceRows":
+        return InstanceRows(max_seq_length, max_predictions_per_seq)
+
+    def writers(self, paths, index_paths, dims, *, overwrite=False) -> "HDF5Files":
+        return HDF5Files(paths, dims, overwrite=overwrite)
+
+    def file_dims(self, path: Path) -> dict[str, int]:
+        return file_dims(path)
+
+    def count(self, path: Path) -> int:
+        """The row count its datasets declare."""
+        return count_instances(path)
+
+    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True) -> Iterator[dict]:
+        held = file_dims(path)
+        if held != dims:
+            raise PrepError(f"{path}: seq {held[SEQ]}, {held[PRED]} predictions; "
+                            f"expected seq {dims[SEQ]}, {dims[PRED]} predictions")
+        yield from read_batches(path, BATCH)
+
+    def instances(self, path: Path, dims: dict[str, int], n: int) -> Iterator[tuple[str, dict]]:
+        shown = 0
+        for b in read_batches(path, min(n, READ_ROWS)):
+            for i in range(len(b["input_ids"])):
+                if shown >= n:
+                    return
+                yield f"instance {shown}", {name: b[name][i].tolist() for name in BERT_INSTANCE.names}
+                shown += 1
+
+
+# NVIDIA's create_pretraining_data.py writes HDF5 to an --output_file named `.hdf5` or `.h5` (any case).
+LAYOUT = HDF5Layout(name="hdf5", title="HDF5, NVIDIA's layout", file_kind="HDF5", flags=("hdf5", "standard"),
+                    folder_suffix="_hdf5", suffixes=(".hdf5", ".h5"), indexed=False, framed=False,
+                    named_outputs=True, flags_note="HDF5 holds NVIDIA's standard layout",
+                    compiled_code=2)  # _speedups.c: LAYOUT_ROWS
 
 
 def row_shapes(dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
@@ -187,13 +244,14 @@ class HDF5Files:
     """Several HDF5 files committed together (`atomic_write_together`): none appears unless all are complete.
 
     The temporaries are opened on entry, before the work, so an output that cannot be written
-    fails first; `create(i, rows, dims)` starts file i once its instance count is known. HDF5
+    fails first; `create(i, rows)` starts file i once its instance count is known (`copy` does). HDF5
     writes through its own driver to the temporary's name; the handle the atomic commit holds
     only fsyncs and renames it.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike], *, overwrite: bool = False):
+    def __init__(self, paths: Sequence[str | os.PathLike], dims: dict[str, int], *, overwrite: bool = False):
         self.paths = [Path(p) for p in paths]
+        self.dims = dims
         self.overwrite = overwrite  # replace existing files (the command line), or never (`shardkit.atomic`)
         self.writers: list[HDF5Writer | None] = [None] * len(self.paths)
 
@@ -202,14 +260,30 @@ class HDF5Files:
         self._temps = self._ctx.__enter__()
         return self
 
-    def create(self, i: int, rows: int, dims: dict[str, int]) -> HDF5Writer:
+    def create(self, i: int, rows: int) -> HDF5Writer:
         path = self.paths[i]
         try:
             h5file = _h5py().File(self._temps[i].name, "w", libver=LIBVER)
         except OSError as e:
             raise _as_write_error(path, e) from e
-        self.writers[i] = HDF5Writer(path, h5file, dims, rows)
+        self.writers[i] = HDF5Writer(path, h5file, self.dims, rows)
         return self.writers[i]
+
+    def copy(self, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
+        """Spilled row `order[k]` (bytes offsets[i]:offsets[i + 1] of `fd`) to output k mod n, a block of whole
+        chunks per output at a time (`progress(done, total)` in instances, per block)."""
+        n_out, total = len(self.paths), len(order)
+        writers = [self.create(j, len(range(j, total, n_out))) for j in range(n_out)]
+        rows = InstanceRows(self.dims[SEQ], self.dims[PRED])
+        step = chunk_rows(self.dims) * n_out  # a multiple of n_out: row i of a block goes to output i mod n_out
+        pread = os.pread
+        for start in range(0, total, step):
+            if progress is not None:
+                progress(start, total)
+            block = rows.block([pread(fd, offsets[inst + 1] - offsets[inst], offsets[inst])
+                                for inst in order[start:start + step]])
+            for j, w in enumerate(writers):
+                w.write({name: values[j::n_out] for name, values in block.items()})
 
     def _close(self) -> None:
         """Close every HDF5 file (the last metadata is written here); the first failure is raised."""

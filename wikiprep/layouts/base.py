@@ -1,0 +1,137 @@
+"""`Layout`: what every output layout of BERT pre-training instances says about itself, and does.
+
+The generator (`wikiprep.instances`) makes the same instances whatever the output; a layout is how
+they are stored. It names itself (`name`, `title`), says which flags choose it and what it adds to a
+dataset's description, where its files go (`folder_suffix`, `suffixes`, an index or none), refuses
+what it cannot hold (`check`, `check_outputs`), encodes each instance as the generator emits it
+(`encoder`, or the compiled generator's own code for it, `compiled_code`), writes the spilled
+encodings to its files (`writers`), and reads its files back as standard-layout batches (`batches`,
+`instances`, `count`, `recognize`). Subclasses fill these in: `framed.FramedLayout` for TFRecords
+(framed records, an index beside each file), `hdf5.HDF5Layout` for files written in columns from rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, ContextManager, Iterator, Protocol, Sequence
+
+from shardkit.progress import Progress
+from shardkit.records import index_path_for
+
+BATCH = 512  # instances per batch read back (a tf.io.parse_example call, an h5py read)
+
+# The dataset description's keys of the flags that name a layout (`--output-format`, `--layout`).
+FLAG_KEYS = ("output_format", "layout")
+
+
+class Encoder(Protocol):
+    """An instance's bytes in a layout, from the generator's emit arguments (`instances.Emit`: tokens as varints)."""
+
+    def encode(self, tokens: list[bytes], len_a: int, len_b: int, positions: list[int], labels: list[bytes],
+               is_random: bool) -> bytes: ...
+
+
+class Outputs(Protocol):
+    """A layout's files of one run, opened (their temporaries) before the work and committed together on exit."""
+
+    def __enter__(self) -> "Outputs": ...
+
+    def __exit__(self, exc_type, exc, tb): ...
+
+    def copy(self, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
+        """Spilled encoding `order[k]` (bytes offsets[i]:offsets[i + 1] of `fd`) to output k mod n, in that order."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """One output layout. A frozen value, passed whole from where the flags are read to every step that writes,
+    checks or reads: nothing re-derives it from a file name. Per-run parameters (`parameters`) are fields of
+    the value too (`with_parameters`)."""
+
+    name: str                       # the registry's key; also what stats.json calls the format
+    title: str                      # how messages and reports name it: "TFRecord, Graphcore static mask"
+    file_kind: str                  # the kind of file it writes: "TFRecord", "HDF5"
+    flags: tuple[str, str]          # the (--output-format, --layout) values that choose it
+    folder_suffix: str              # a dataset folder's name after the options': "" or "_remask"
+    suffixes: tuple[str, ...]       # of its files; the first is its shards'
+    indexed: bool                   # an `offset length` index beside each file (tfrecord2idx's)
+    framed: bool                    # its encodings are spilled framed (TFRecords), copied out as they are
+    compiled_code: int | None       # the compiled generator's code of its encoder (_speedups.c, LAYOUT_*); None:
+    #                                 the compiled generator does not know it, and the Python one runs
+    implies_fixed_mask_count: bool = False  # choosing it implies Graphcore's fixed mask count (it needs it)
+    named_outputs: bool = False     # create-pretraining-data writes it to outputs named with its suffixes
+    flags_note: str = ""            # why the flags choosing it combine with no other (a refusal says it)
+
+    # The names of its per-run parameters (fields of a subclass), as dataset.json records them.
+    parameters: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def shard_suffix(self) -> str:
+        return self.suffixes[0]
+
+    def with_parameters(self, **values: Any) -> "Layout":
+        """This layout with its own parameters among `values` set (those of other layouts ignored)."""
+        return dataclasses.replace(self, **{k: v for k, v in values.items() if k in self.parameters})
+
+    def description(self) -> dict:
+        """What it adds to a dataset's description (dataset.json, MANIFEST.json): its flags and parameters."""
+        return {**dict(zip(FLAG_KEYS, self.flags)), **{name: getattr(self, name) for name in self.parameters}}
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def check(self, options) -> None:
+        """Refuse, with one PrepError line, generation options whose instances it cannot hold."""
+
+    def check_outputs(self, output_files: Sequence[str | os.PathLike],
+                      index_files: Sequence[str | os.PathLike | None]) -> None:
+        """Refuse, with one PrepError line, outputs (and their index files) it cannot write."""
+
+    def index_path(self, path: str | os.PathLike) -> Path | None:
+        """The index written beside the file `path` (`wiki_00000.index`), or None when it has none."""
+        return index_path_for(path) if self.indexed else None
+
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> Encoder:
+        raise NotImplementedError
+
+    def compiled_arguments(self) -> dict | None:
+        """The keyword arguments that make `_speedups.Generator` encode this layout (its code, framing and
+        parameters), or None when it has no compiled code: the generator's Python path runs then, never
+        another layout's compiled encoder."""
+        if self.compiled_code is None:
+            return None
+        return {"layout": self.compiled_code, "framed": self.framed, "pad_position": b"\x00"}
+
+    def writers(self, paths: Sequence[Path], index_paths: Sequence[str | os.PathLike | None], dims: dict[str, int],
+                *, overwrite: bool = False) -> ContextManager[Outputs]:
+        """Its files at `paths` (and index files), opened together; `overwrite` as `shardkit.atomic`'s."""
+        raise NotImplementedError
+
+    # -- reading back -----------------------------------------------------------------------------
+
+    def recognize(self, path: Path, family: list["Layout"]) -> tuple["Layout", dict[str, int]]:
+        """The layout of `family` (this one and those whose files have the same suffixes) that the file at
+        `path` holds, from its contents, and the dimensions it implies; PrepError when it holds none of them."""
+        return self, self.file_dims(path)
+
+    def file_dims(self, path: Path) -> dict[str, int]:
+        """The dimensions (max_seq_length, max_predictions_per_seq) the file at `path` implies."""
+        raise NotImplementedError
+
+    def count(self, path: Path) -> int:
+        """The instances of one file without parsing them (checked against its index when it has one)."""
+        raise NotImplementedError
+
+    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True) -> Iterator[dict]:
+        """The instances of one file as standard-layout numpy batches (BERT_INSTANCE's features and shapes, int64
+        and float32, as TensorFlow parses them), BATCH at a time; PrepError naming the file and record that
+        breaks the layout. `tensorflow` False: read without importing TensorFlow while the records allow it."""
+        raise NotImplementedError
+
+    def instances(self, path: Path, dims: dict[str, int], n: int) -> Iterator[tuple[str, dict]]:
+        """('record i (B bytes)' or 'instance i', {feature: values}) of the first `n` instances of one file, in
+        the standard layout (BERT_INSTANCE's features, padded), read without TensorFlow."""
+        raise NotImplementedError
