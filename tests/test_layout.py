@@ -101,3 +101,117 @@ def test_data_libraries_load_without_keras_matplotlib_tensorflow_or_luigi():
             "print(sorted({n.split('.')[0] for n in sys.modules} & {'keras', 'matplotlib', 'tensorflow', 'luigi'}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Output layouts (wikiprep.layouts): named in one package only
+
+# The code that writes, checks or reads BERT datasets; tests/, testkit/ and benchmarks/ address particular layouts
+# on purpose (they test and measure them), and imagenet_prep/ and shardkit/ know nothing of BERT's layouts.
+LAYOUT_USERS = ("wikiprep", "workflows", "trainers")
+LAYOUTS_PACKAGE = REPO / "wikiprep" / "layouts"
+
+
+def _layout_words() -> tuple[set[str], set[str], set[str]]:
+    """(the words that name a layout: the registry's names, its flags' values, its file and folder suffixes
+    without their dot or underscore; the registry's names; the package's modules)."""
+    from wikiprep import layouts
+
+    words = set()
+    for layout in layouts.LAYOUTS.values():
+        words |= {layout.name, *layout.flags, *(s.lstrip("._") for s in (*layout.suffixes, layout.folder_suffix))}
+    return ({w.lower() for w in words if w}, {name.lower() for name in layouts.LAYOUTS},
+            {p.stem for p in LAYOUTS_PACKAGE.glob("*.py") if p.stem != "__init__"})
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _names_a_layout(path: Path, words: set[str], names: set[str], modules: set[str]) -> list[str]:
+    """Where the module at `path` names a layout, as 'line: what'. A layout is named by
+
+    - a string that is a layout's word, alone or as a file name pattern ("hdf5", "remask", ".tfrecord",
+      "*.tfrecord", "_remask"; in an f-string too); prose that mentions one is not (messages, help, docstrings);
+    - an identifier that is one ("args.remask", "TFRECORD"), or a name defined here that holds one of the
+      registry's names ("is_hdf5_path", "REMASK_INSTANCE"): a layout's own code lives in its module;
+    - an import of a module of the package, or an attribute of the package that is one ("layouts.hdf5"):
+      `wikiprep.layouts` itself is the interface (`Layout`, the registry, the flags' mapping).
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    docstrings = _docstrings(tree)
+    word = re.compile(rf"[\w*]*[._*]?({'|'.join(map(re.escape, sorted(words)))})", re.IGNORECASE)
+    found = []
+
+    def where(node, what):
+        found.append(f"{path.relative_to(REPO) if REPO in path.parents else path.name}:{node.lineno}: {what}")
+
+    def layouts_module(module: str | None, level: int) -> bool:
+        parts = (module or "").split(".")
+        return parts[:2] == ["wikiprep", "layouts"] if level == 0 else "layouts" in parts
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            if word.fullmatch(node.value):
+                where(node, repr(node.value))
+        elif isinstance(node, (ast.Name, ast.Attribute, ast.keyword, ast.arg)):
+            ident = getattr(node, {ast.Name: "id", ast.Attribute: "attr"}.get(type(node), "arg"))
+            if isinstance(node, ast.Attribute) and ident in modules and isinstance(node.value, ast.Name) \
+                    and node.value.id == "layouts":
+                where(node, f"layouts.{ident}")
+            elif ident and ident.lower() in words:
+                where(node, ident)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or \
+                isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            ident = node.id if isinstance(node, ast.Name) else node.name
+            if any(n in ident.lower() for n in names):
+                where(node, f"defines {ident}")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:  # the names an import binds here
+                bound = alias.asname or alias.name.split(".")[0 if isinstance(node, ast.Import) else -1]
+                if any(n in bound.lower() for n in names):
+                    where(node, f"imports {bound}")
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[:2] == ["wikiprep", "layouts"] and len(alias.name.split(".")) > 2:
+                    where(node, f"import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and layouts_module(node.module, node.level):
+            module = (node.module or "").split(".")
+            inner = module[module.index("layouts") + 1:]
+            imported = [a.name for a in node.names if a.name in modules]
+            if inner or imported:
+                where(node, f"from {'.' * node.level}{node.module or ''} import "
+                            f"{', '.join(a.name for a in node.names)}")
+    return sorted(found, key=lambda line: int(line.split(":")[1]))
+
+
+def test_nothing_outside_the_layouts_package_names_a_layout():
+    """A new layout is one module in wikiprep/layouts/ and one line of its registry: no other code says which
+    layouts there are, so none has to change (the flags are mapped to a `Layout` value where they enter, by the
+    package, and the value is passed on)."""
+    found = []
+    for package in LAYOUT_USERS:
+        for path in sorted((REPO / package).rglob("*.py")):
+            if LAYOUTS_PACKAGE not in path.parents:
+                found += _names_a_layout(path, *_layout_words())
+    assert not found, "layouts named outside wikiprep/layouts/:\n" + "\n".join(found)
+
+
+def test_the_rule_finds_what_it_is_about(tmp_path):
+    """The check above on code that names layouts in each way it looks for, and on code that does not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text('from wikiprep.layouts import hdf5\nfrom .layouts.remask import LAYOUT\n'
+                   'import wikiprep.layouts.tfrecord\nif fmt == "hdf5" or name.endswith(".h5"): pass\n'
+                   'GLOB = "wiki_*.tfrecord"\nx = f"{base}_remask"\nif args.remask: pass\n'
+                   'def is_hdf5_path(p): pass\ny = layouts.remask.LAYOUT\nz = instances.TFRECORD\n')
+    found = [line.split(": ", 1)[1] for line in _names_a_layout(bad, *_layout_words())]
+    assert found == ["imports hdf5", "from wikiprep.layouts import hdf5", "from .layouts.remask import LAYOUT",
+                     "import wikiprep.layouts.tfrecord", "'hdf5'", "'.h5'", "'wiki_*.tfrecord'", "'_remask'", "remask",
+                     "defines is_hdf5_path", "layouts.remask", "TFRECORD"]
+    good = tmp_path / "good.py"
+    good.write_text('"""Writes TFRecords, hdf5 or remask: prose."""\nfrom wikiprep import layouts\n'
+                    'from wikiprep.layouts import DEFAULT, Layout\nname = f"{prefix}_{i:05d}{layout.shard_suffix}"\n'
+                    'msg = "the remask layout is written as TFRecords"\nds = tf.data.TFRecordDataset(files)\n')
+    assert _names_a_layout(good, *_layout_words()) == []
