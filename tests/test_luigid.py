@@ -262,7 +262,8 @@ def test_a_worker_killed_mid_shard_the_survivor_and_a_rerun_finish(site, serial,
     # The killed shard ran again; only what the victim was running when it died ran twice.
     shard = int(re.match(r"wiki_(\d+)", temporary.name)[1])
     ran = workers.executions()
-    assert any(f"shard={shard})" in task for task in workers.executions([survivor])), workers.log(survivor)[-5000:]
+    assert any(re.search(rf"\bPretrainShard\(.*\bshard={shard}[,)]", task) for task in workers.executions([survivor])), \
+        workers.log(survivor)[-5000:]
     assert {task for task, n in ran.items() if n > 1} <= workers.unfinished(victim)
     assert {task.replace(str(data), "DATA") for task in ran} == own_work(serial[1])
 
