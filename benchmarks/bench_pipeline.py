@@ -165,6 +165,7 @@ def run_stages(parts: list[Path], work: Path, vocab: Path, wiki: str, date: str)
 
     from wikiprep import instances, sentences
     from wikiprep.wikipedia import extract
+    from wikiprep.wikipedia.source import extracted_documents
     from wikiprep.options import GenerationOptions
     from wikiprep.wikipedia.extract import PartReader
 
@@ -185,11 +186,12 @@ def run_stages(parts: list[Path], work: Path, vocab: Path, wiki: str, date: str)
                                        "out_mb": mb(out.stat().st_size)}
     punkt = next(data.glob("punkt_min*.json"))
     extracted = out  # the first part, extracted whole just above
-    sample = sentences.punkt_sample([extracted], min_chars=200)
+    sample = sentences.punkt_sample([extracted_documents(extracted, min_chars=200)])
     t = _time(lambda: sentences.train_punkt(sample, tmp / "punkt.json"))
     chars = sum(map(len, sample))
     report["train_punkt"] = {"in_mb": mb(chars), "mb_per_s": mb(chars / t)}
-    t = _time(lambda: sentences.split_part(extracted, punkt, tmp / "split", num_shards=16, seed=1, min_chars=200))
+    t = _time(lambda: sentences.split_piece(extracted_documents(extracted, min_chars=200), punkt, tmp / "split",
+                                                     num_shards=16, seed=1))
     report["clean_and_split"] = {"in_mb": mb(extracted.stat().st_size), "mb_per_s": mb(extracted.stat().st_size / t)}
     shards = sorted((data / "sentences").glob("*/shard_*.txt"), key=lambda p: -p.stat().st_size)
     shard = shards[0]
