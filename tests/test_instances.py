@@ -236,6 +236,19 @@ def test_the_dataset_library_checks_options_before_it_writes(fixtures, tmp_path)
     assert not folder.exists() or not any(folder.iterdir())  # no dataset.json claims the folder
 
 
+
+def test_the_layout_is_given_never_read_from_the_output_names(fixtures, tmp_path):
+    """`layout` says how the outputs are written: a name only another layout's files have is refused before
+    anything is written, never taken as a choice (create-pretraining-data maps its names to a layout, where
+    its flags enter)."""
+    from wikiprep import layouts
+
+    good = [str(FIXTURES / "inputs" / "sample_text.txt")]
+    for layout, name in ((layouts.DEFAULT, "x.hdf5"), (layouts.get("hdf5"), "x.tfrecord")):
+        with pytest.raises(PrepError, match=f"output file .*{name}: named as "):
+            write_pretraining_files(good, _vocab(), [str(tmp_path / name)], None, Opts(dupe_factor=1), layout=layout)
+    assert not any(tmp_path.iterdir())
+
 MEMORY_RUN = r"""
 import sys, tracemalloc
 from wikiprep.instances import write_pretraining_files

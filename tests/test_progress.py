@@ -27,7 +27,7 @@ import pytest
 from shardkit import progress as progress_module
 from testkit.synthetic_dump import write_synthetic_dump
 from test_luigid import BIN, REPO, Luigid, env, wait_for
-from wikiprep import instances, sentences, stats, verify, vocab
+from wikiprep import instances, layouts, sentences, stats, verify, vocab
 from wikiprep.wikipedia import extract
 from wikiprep.wikipedia.source import extracted_documents
 from wikiprep.options import GenerationOptions
@@ -118,7 +118,7 @@ def test_instances_report_input_bytes_through_every_phase(site, tmp_path, suffix
     out = tmp_path / f"out{suffix}"
     seen = Recorder()
     stats_ = instances.create_pretraining_file([str(p) for p in INPUTS], str(VOCAB), str(out), None, OPTS,
-                                               progress=seen)
+                                               layout=layouts.from_output_names([out], "standard"), progress=seen)
     seen.check(sum(p.stat().st_size for p in INPUTS))
     assert stats_["input_bytes"] == seen.calls[-1][0]
 

@@ -538,8 +538,16 @@ def check_output_paths(input_files: Sequence[str], vocab_file: str, output_files
 
 def check_layout(layout: Layout, output_files: Sequence[str | os.PathLike],
                  index_files: Sequence[str | os.PathLike | None], opts: GenerationOptions) -> None:
-    """Refuse what `layout` cannot make of these outputs (an index beside a file that has none) and of these
-    options (a remask layout the instances may not fit), before anything is written."""
+    """Refuse what `layout` cannot make of these outputs (an index beside a file that has none, a name only
+    another layout's files have: `x.hdf5` in TFRecords) and of these options (a remask layout the instances may
+    not fit), before anything is written. The names never choose the layout: it is given."""
+    for path in output_files:
+        suffix = Path(path).suffix.lower()
+        other = next((o for o in layouts.LAYOUTS.values() if suffix in o.suffixes and o.file_kind != layout.file_kind),
+                     None)
+        if other is not None and suffix not in layout.suffixes:
+            raise PrepError(f"output file {os.fspath(path)}: named as {other.file_kind} ({suffix}), but the layout "
+                            f"given is {layout.title}")
     layout.check_outputs(output_files, index_files)
     layout.check(opts)
 
