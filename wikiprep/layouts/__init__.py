@@ -4,7 +4,7 @@ The generator makes the same instances whatever the output; a layout is how they
 (`base.Layout`: its names, folder and file suffixes, index or none, checks, description keys,
 encoder, writers, read-back, and the compiled generator's code for it, or none). As TensorFlow
 Datasets' file adapters (`core/file_adapters.py`: a FileAdapter per format, ADAPTER_FOR_FORMAT), a
-layout is one module here and one line in `LAYOUTS`:
+layout is one module here (a `Layout` value named `LAYOUT`) and one line in `LAYOUTS`:
 
 - `tfrecord`: google-research/bert's TFRecords (the default, and the standard layout everything is read back to);
 - `remask`: Graphcore's static-mask TFRecords (`--layout remask`, create-pretraining-data's `--remask`);
@@ -24,31 +24,35 @@ are a contract, mapped here to one `Layout` value where they enter, which is the
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from shardkit.errors import PrepError
 
-from . import hdf5, remask, tfrecord
-from .base import BATCH, FLAG_KEYS, Layout
+from .base import BATCH, FLAG_KEYS, Layout  # noqa: F401  (BATCH, Layout: the package's interface)
 
-__all__ = ["BATCH", "DEFAULT", "Layout", "LAYOUTS", "LAYOUT_FLAGS", "OUTPUT_FORMATS", "PAD_POSITION_VALUE",
-           "add_create_flags", "create_layout_flag", "described", "from_description", "from_flags",
-           "from_output_names", "get", "implies_fixed_mask_count", "of_file", "suffixes"]
+def _registry(*modules: str) -> dict[str, Layout]:
+    """{name: layout} of the `LAYOUT` of each module of this package, in the order given."""
+    found = [importlib.import_module(f"{__name__}.{module}").LAYOUT for module in modules]
+    return {layout.name: layout for layout in found}
 
-# The registry, by name. The first is the default: what the flags choose when not given.
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
-    tfrecord.LAYOUT,
-    remask.LAYOUT,
-    hdf5.LAYOUT,
-)}
+
+# The registry, by name: a line per layout, its module's name. The first is the default: what the flags choose
+# when they are not given.
+LAYOUTS: dict[str, Layout] = _registry(
+    "tfrecord",  # google-research/bert's TFRecords
+    "remask",    # Graphcore's static-mask TFRecords
+    "hdf5",      # NVIDIA's HDF5
+)
 DEFAULT = next(iter(LAYOUTS.values()))
+_STATIC_MASK = LAYOUTS["remask"]  # what create-pretraining-data's --remask chooses
 
 # The values of the Luigi tasks' --output-format and --layout, the default first.
 OUTPUT_FORMATS = tuple(dict.fromkeys(layout.flags[0] for layout in LAYOUTS.values()))
 LAYOUT_FLAGS = tuple(dict.fromkeys(layout.flags[1] for layout in LAYOUTS.values()))
-PAD_POSITION_VALUE = remask.PAD_POSITION_VALUE  # the default of --pad-position-value
+PAD_POSITION_VALUE = _STATIC_MASK.pad_position_value  # the default of --pad-position-value
 
 # A description's flag keys when it has none: the default layout's (whose description records none).
 DEFAULT_DESCRIPTION = dict(zip(FLAG_KEYS, DEFAULT.flags))
@@ -109,7 +113,7 @@ def add_create_flags(parser: argparse.ArgumentParser) -> None:
 
 def create_layout_flag(args: argparse.Namespace) -> str:
     """The `--layout` value create-pretraining-data's flags (`add_create_flags`) give."""
-    return remask.LAYOUT.flags[1] if args.remask else DEFAULT.flags[1]
+    return _STATIC_MASK.flags[1] if args.remask else DEFAULT.flags[1]
 
 
 def from_output_names(output_files: Sequence[str | os.PathLike], layout: str, **parameters: Any) -> Layout:

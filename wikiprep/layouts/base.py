@@ -8,6 +8,9 @@ what it cannot hold (`check`, `check_outputs`), encodes each instance as the gen
 encodings to its files (`writers`), and reads its files back as standard-layout batches (`batches`,
 `instances`, `count`, `recognize`). Subclasses fill these in: `framed.FramedLayout` for TFRecords
 (framed records, an index beside each file), `hdf5.HDF5Layout` for files written in columns from rows.
+A new layout of columnar files may spill the rows HDF5 spills (`hdf5.InstanceRows`, and the compiled
+generator's code for them) and write its own files from blocks of them; one whose encoder the
+compiled generator does not know gives `compiled_code` None, and the Python generator runs with it.
 """
 
 from __future__ import annotations
