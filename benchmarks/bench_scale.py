@@ -8,7 +8,7 @@
    offline) goes through the library functions behind each Luigi task of `Pretrain128`, one after
    another in one process pinned to one core (`taskset -c 0` when there is one):
    `extract.extract_part` per part (ExtractPart), `sentences.PunktSample` + `train_punkt` (TrainPunkt),
-   `sentences.split_part` per part (SplitPart), `sentences.merge_shard` per shard (the merge, one task
+   `sentences.split_piece` per part (SplitPart), `sentences.merge_shard` per shard (the merge, one task
    per sentence shard), `dataset.write_shard` per shard at seq 128 / 20 predictions / dupe 5 (PretrainShard),
    the sha256 of each shard's files (its receipt), `dataset.finalize` (PretrainDataset: stats,
    MANIFEST.json from those hashes: metadata), then the sha256 rate over the records and the rate of
@@ -104,8 +104,9 @@ def pinned(cmd: list[str]) -> list[str]:
 def run_stages(dump: Path, work: Path, vocab: Path, num_shards: int, hash_mb: float) -> dict:
     """Every stage of the chain in turn over its real input; seconds and bytes of each (one core)."""
     from shardkit.atomic import sha256_file
-    from wikiprep import dataset, sentences
+    from wikiprep import dataset, layouts, sentences
     from wikiprep.wikipedia import extract
+    from wikiprep.wikipedia.source import extracted_documents
     from wikiprep.options import GenerationOptions
     from wikiprep.verify import verify
 
@@ -124,9 +125,9 @@ def run_stages(dump: Path, work: Path, vocab: Path, num_shards: int, hash_mb: fl
                       "xml_bytes": xml_bytes, "out_bytes": sum(p.stat().st_size for p in extracted)}
 
     started = time.perf_counter()  # what TrainPunkt does: read pieces in order until the sample is full, train
-    sample = sentences.PunktSample(min_chars=MIN_DOC_CHARS)
+    sample = sentences.PunktSample()
     for path in extracted:
-        sample.add(path)
+        sample.add(path.stem, extracted_documents(path, min_chars=MIN_DOC_CHARS))
         if sample.full:
             break
     punkt = work / "punkt.json"
@@ -136,7 +137,8 @@ def run_stages(dump: Path, work: Path, vocab: Path, num_shards: int, hash_mb: fl
     started, splits = time.perf_counter(), []
     for path in extracted:
         splits.append(work / "split" / path.stem)
-        sentences.split_part(path, punkt, splits[-1], num_shards=num_shards, seed=SEED, min_chars=MIN_DOC_CHARS)
+        sentences.split_piece(extracted_documents(path, min_chars=MIN_DOC_CHARS), punkt, splits[-1],
+                              num_shards=num_shards, seed=SEED)
     out["split"] = {"seconds": time.perf_counter() - started, "in_bytes": out["extract"]["out_bytes"]}
 
     (work / "sentences").mkdir()
@@ -150,14 +152,16 @@ def run_stages(dump: Path, work: Path, vocab: Path, num_shards: int, hash_mb: fl
                     "documents": sum(m["documents"] for m in merged)}
 
     folder = work / dataset.folder_name(GenerationOptions(**SETTINGS))
-    description = dataset.describe(GenerationOptions(**SETTINGS, random_seed=SEED), vocab, wiki="enwiki",
-                                   dump_date=DATE, multistream=True, extract_slice_mb=SLICE_MB,
+    description = dataset.describe(GenerationOptions(**SETTINGS, random_seed=SEED), vocab,
+                                   corpus={"wiki": "enwiki", "dump_date": DATE, "multistream": True,
+                                           "extract_slice_mb": SLICE_MB},
                                    num_shards=num_shards, min_doc_chars=MIN_DOC_CHARS, vocab_size=30522)
+    spec = dataset.DatasetSpec(description, layouts.DEFAULT, "wiki", ("extract_slice_mb",))
     started, shard_stats = time.perf_counter(), []
     for i in range(num_shards):
         options = GenerationOptions(**SETTINGS, random_seed=dataset.shard_seed(SEED, i))
         shard_stats.append(dataset.write_shard(work / "sentences" / sentences.shard_name(i), vocab,
-                                               folder / dataset.shard_name(i), options, description))
+                                               folder / spec.shard_name(i), options, spec))
     records = sorted(folder.glob("*.tfrecord"))
     out["instances"] = {"seconds": time.perf_counter() - started, "in_bytes": sum(shard_bytes),
                         "tfrecord_bytes": sum(p.stat().st_size for p in records),
@@ -172,7 +176,7 @@ def run_stages(dump: Path, work: Path, vocab: Path, num_shards: int, hash_mb: fl
     out["receipt_hashes"] = {"seconds": time.perf_counter() - started,
                              "bytes": sum(k["size"] for k in known.values())}
     started = time.perf_counter()
-    dataset.finalize(folder, description, vocab, shard_stats, {"shards": merged, "dropped": {}}, known_files=known)
+    dataset.finalize(folder, spec, vocab, shard_stats, {"shards": merged, "dropped": {}}, known_files=known)
     out["finalize"] = {"seconds": time.perf_counter() - started, "dataset_bytes": out["instances"]["tfrecord_bytes"],
                        "known_files": True}
 
@@ -431,7 +435,7 @@ def markdown(report: dict) -> str:
     lines += ["| stage (library function) | MB/s per core, of its own input | MB of English Wikipedia's bz2/s per core |",
               "|---|---|---|"]
     for name, label in (("extract", "ExtractPart (`extract.extract_part`)"),
-                        ("split", "SplitPart (`sentences.split_part`)"),
+                        ("split", "SplitPart (`sentences.split_piece`)"),
                         ("merge", "merge (`sentences.merge_shard`)"),
                         ("instances", "PretrainShard (`dataset.write_shard`, seq 128, dupe 5)"),
                         ("sha256", "sha256 (`sha256_file`): each shard's receipt, and verify"),
