@@ -22,20 +22,6 @@ from .base import IntParameter, PrepTask, ReceiptTarget
 logger = logging.getLogger("luigi-interface")
 
 
-class _ToLuigiLog(logging.Handler):
-    """The trainers' progress lines (logger "trainers", `trainers.loop.PROGRESS_STEPS`) into Luigi's log,
-    whose handler sits on "luigi-interface" only: a run of minutes says where it is."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        logger.handle(record)
-
-
-_progress = logging.getLogger("trainers")
-_progress.setLevel(logging.INFO)
-_progress.addHandler(_ToLuigiLog())
-_progress.propagate = False  # once is enough, where Luigi's log goes
-
-
 def receipt_result(task: luigi.Task, result: dict) -> dict:
     """The trainer's result without its timings, which are logged instead: a receipt holds only what the
     output determines, so that a duplicate run's receipt is the same bytes (`shardkit.atomic`)."""
