@@ -215,3 +215,43 @@ def test_the_rule_finds_what_it_is_about(tmp_path):
                     'from wikiprep.layouts import DEFAULT, Layout\nname = f"{prefix}_{i:05d}{layout.shard_suffix}"\n'
                     'msg = "the remask layout is written as TFRecords"\nds = tf.data.TFRecordDataset(files)\n')
     assert _names_a_layout(good, *_layout_words()) == []
+
+
+# The Wikipedia corpus is one source among others: the BERT stages take documents from any `wikiprep.corpus.Source`,
+# and only its own package and the Wikipedia workflow module bind them to the dump.
+WIKIPEDIA = "wikiprep.wikipedia"
+WIKIPEDIA_BINDING = REPO / "workflows" / "wiki.py"
+
+
+def _modules_imported(path: Path) -> set[str]:
+    """Every module an import statement of `path` names, dotted, relative imports resolved from the file's package."""
+    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            names |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return names
+
+
+def test_only_the_wikipedia_workflow_imports_the_wikipedia_package():
+    wrong = {}
+    for package in sorted(OURS - {"testkit"}):
+        for path in sorted((REPO / package).rglob("*.py")):
+            if path == WIKIPEDIA_BINDING or path.is_relative_to(REPO / "wikiprep" / "wikipedia"):
+                continue
+            found = sorted(m for m in _modules_imported(path) if m == WIKIPEDIA or m.startswith(WIKIPEDIA + "."))
+            if found:
+                wrong[str(path.relative_to(REPO))] = found
+    assert not wrong, f"imports of the Wikipedia source outside its package and workflows/wiki.py: {wrong}"
+
+
+def test_the_wikipedia_rule_sees_relative_and_absolute_imports():
+    module = REPO / "wikiprep" / "sentences.py"
+    assert "wikiprep.corpus.Document" in _modules_imported(module)
+    assert {"wikiprep.wikipedia", "wikiprep.wikipedia.source"} <= _modules_imported(WIKIPEDIA_BINDING)
