@@ -420,7 +420,7 @@ CASES: list[Bad] = [
          "--vocab_file={root}/vocab.txt"), "matches no file"),
     Bad("create-vocab-missing", CREATE[:3] + ("--vocab_file={root}/missing.txt", "--output_file={root}/out.tfrecord"),
         "missing.txt"),
-    # generation flags beyond GenerationOptions.check's bounds (within them, the original's instances)
+    # generation flags beyond GenerationOptions' bounds (within them, the original's instances)
     Bad("create-seq-too-short", CREATE + ("--output_file={root}/out.tfrecord", "--max_seq_length=4"),
         "max_seq_length=4: must be at least 5"),
     Bad("create-seq-too-long", CREATE + ("--output_file={root}/out.tfrecord", "--max_seq_length=100000000"),

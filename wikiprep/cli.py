@@ -15,7 +15,7 @@ count), `--remask` (Graphcore's static-mask layout; implies the fixed count) wit
 `--pad_position_value`, and `--index_file` (an `offset length` index per output file).
 `--input_file` is a comma-separated list of globs, each expanded in sorted order; a glob
 matching nothing is an error (the original silently skipped it). Refused before anything is
-written: flags outside `GenerationOptions.check`'s bounds, outputs and flags that name no layout
+written: flags outside `GenerationOptions`' bounds, outputs and flags that name no layout
 (`layouts.from_output_names`) or a layout the options cannot fill (`instances.check_layout`), an
 empty name in `--output_file` or `--index_file`, and an output or index that is an input, the vocab
 or another output.
@@ -181,8 +181,8 @@ def _create(args: argparse.Namespace) -> None:
     # --remask implies Graphcore's fixed mask count; an explicit --fixed_mask_count=False is left to refuse.
     layout_flag = layouts.create_layout_flag(args)
     implied = layouts.implies_fixed_mask_count(layout_flag) and "fixed_mask_count" not in getattr(args, "given", ())
+    # Flags first (GenerationOptions refuses values that make no dataset): before the inputs are globbed and read.
     options = GenerationOptions.from_object(args, fixed_mask_count=args.fixed_mask_count or implied)
-    options.check()  # flags first: before the inputs are globbed and read
     inputs = expand_input_patterns(args.input_file)
     outputs = _split_list("output_file", args.output_file)
     index_files = _split_list("index_file", args.index_file)

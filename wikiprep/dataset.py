@@ -75,11 +75,10 @@ def describe(options: GenerationOptions, vocab_path: str | Path | None, *, corpu
     derives from), the corpus' description (`corpus`: for Wikipedia the dump and how it was cut),
     the sentence-split parameters, what the layout adds (`Layout.description`: nothing for the
     standard TFRecords, as before other layouts existed), and `vocab_sha256`. PrepError when
-    `options` fail `GenerationOptions.check` or `vocab_path` is not a usable BERT vocabulary.
+    `vocab_path` is not a usable BERT vocabulary.
     `vocab_path` None (a vocabulary not trained yet) leaves `vocab_sha256` out: enough to compare
     with a folder before any work starts.
     """
-    options.check()  # before a description of values that make no dataset is compared or written
     description = options.as_dict()
     description["seed"] = description.pop("random_seed")
     own = dict(num_shards=num_shards, min_doc_chars=min_doc_chars, vocab_size=vocab_size, **layout.description())
@@ -147,7 +146,6 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
     total)` as `instances.write_pretraining_files`'.
     """
     out_path = Path(out_path)
-    options.check()  # before claim_folder writes dataset.json
     index = spec.layout.index_path(out_path)
     index = None if index is None else str(index)
     instances.check_layout(spec.layout, [out_path], [index], options)

@@ -448,9 +448,7 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
 
 def prepare(input_files: Sequence[str], vocab_file: str, options: GenerationOptions,
             progress: Progress | None = None) -> tuple[Vocab, Corpus]:
-    """The vocabulary and the tokenized corpus of `input_files`, after checking `options`
-    (`progress` as `read_corpus`'s)."""
-    options.check()
+    """The vocabulary and the tokenized corpus of `input_files` (`progress` as `read_corpus`'s)."""
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]
     if not input_files:
@@ -561,7 +559,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     `index_files[i]` (or None) is the index of `output_files[i]`. The outputs are written in `layout`
     (`wikiprep.layouts`: google-research/bert's TFRecords by default, Graphcore's static mask, NVIDIA's
     HDF5), whatever their names; every layout holds the same instances in the same order. The options,
-    the layout and the paths are checked (`GenerationOptions.check`, `check_layout`, `check_output_paths`)
+    the layout and the paths are checked (`GenerationOptions` when made, `check_layout`, `check_output_paths`)
     before anything is written, and every output and index is committed together: on any error none of
     them appears. `overwrite` replaces existing outputs, as the original does (the command line); without
     it an existing output is never replaced: identical is accepted, different refused (`shardkit.atomic`).
@@ -576,7 +574,6 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     indexes = list(index_files) if index_files is not None else [None] * len(outputs)
     if len(indexes) != len(outputs):
         raise PrepError(f"{len(indexes)} index files given for {len(outputs)} output files")
-    opts.check()
     check_layout(layout, outputs, indexes, opts)
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]

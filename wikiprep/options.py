@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from shardkit.errors import PrepError
 
-# The bounds `GenerationOptions.check` holds the sizes to.
+# The bounds `GenerationOptions` holds the sizes to.
 # [CLS] A [SEP] B [SEP] with A and B one token each; shorter, the original fails an assertion.
 MIN_SEQ_LENGTH = 5
 # A record holds at least 3 bytes per position and 9 per prediction, and the generator's tables
@@ -42,7 +42,7 @@ class GenerationOptions:
     def __post_init__(self):
         for f in fields(self):  # plain bool/int/float, whatever number types the caller had (as the original's flags)
             object.__setattr__(self, f.name, f.type(getattr(self, f.name)))
-        self.check()  # valid by construction: whoever holds options holds values that make a dataset
+        self._check()  # valid by construction: whoever holds options holds values that make a dataset
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -56,9 +56,9 @@ class GenerationOptions:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def check(self) -> None:
-        """Refuse, with one PrepError line, values that make no dataset. Every program calls this before it
-        writes anything: the command line, `instances.prepare` and `dataset.describe`/`write_shard`.
+    def _check(self) -> None:
+        """Refuse, with one PrepError line, values that make no dataset: options are checked as they are made,
+        so a program holding them has values it can use, before it writes anything.
 
         Every value the original accepts within these bounds gives the original's instances, including
         max_predictions_per_seq above max_seq_length (masked_lm_* are padded to it) or 0 (no masks).
