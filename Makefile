@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-# The real runs (README, "Wikipedia"): make wiki-128 DUMP_DATE=20261101
+# The real runs (README, and docs/tasks.md): make wiki-128 DUMP_DATE=20261101
 DATA_DIR   ?= data
 WIKI       ?= enwiki
 DUMP_DATE  ?=
@@ -20,10 +20,10 @@ LAYOUT     ?=
 MAX_PREDICTIONS ?=
 SCHEDULER  ?=
 # `make luigid`: the address and port it listens on. 127.0.0.1 serves workers on this machine only;
-# for workers on other nodes give this node's address on the cluster network (README, "Cluster runs").
+# for workers on other nodes give this node's address on the cluster network (docs/cluster.md).
 LUIGID_ADDRESS ?= 127.0.0.1
 LUIGID_PORT    ?= 8082
-# Slurm job-array mode (README, "Slurm"): more sbatch options for every job, and at most this many
+# Slurm job-array mode (docs/cluster.md, "Slurm"): more sbatch options for every job, and at most this many
 # elements of an array running at once.
 SBATCH_ARGS ?=
 SLURM_MAX_RUNNING ?=
@@ -91,7 +91,7 @@ wiki-128 wiki-384 wiki-512: setup
 	  --workers $(WORKERS) $(SCHEDULER_ARGS)
 
 # The dry run of wiki-128 (384, 512), same variables: how many tasks of each kind, which are complete, which
-# would run. Writes nothing, downloads nothing but the dump's dumpstatus.json (README, "A dry run").
+# would run. Writes nothing, downloads nothing but the dump's dumpstatus.json (docs/tasks.md, the dry run).
 plan-128 plan-384 plan-512: setup
 	@if [ -z "$(DUMP_DATE)" ]; then \
 	  echo "make $@: set DUMP_DATE=YYYYMMDD, the date of a finished dump (see README: picking a dump); nothing falls back to 'latest'" >&2; \
@@ -115,7 +115,7 @@ slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 test-slurm: setup
 	cluster/slurm/test/run.sh $(abspath $(BIN))/python
 
-# The central scheduler of a cluster run (README, "Cluster runs"), in the foreground, with the cluster
+# The central scheduler of a cluster run (docs/cluster.md), in the foreground, with the cluster
 # config. It has no authentication: bind it to an address only the cluster's nodes reach. Its state
 # (pickled on a clean stop) and its log go to DATA_DIR/luigid/, so a restart resumes where it was.
 luigid: setup

@@ -2,7 +2,7 @@
 in pyproject.toml.
 
 `optional=True`: where no C compiler is found the install still succeeds and wikiprep runs its
-pure-Python paths, which write the same bytes, slower (README, "Speed"); shardkit's batch decoder
+pure-Python paths, which write the same bytes, slower (docs/performance.md); shardkit's batch decoder
 likewise gives the same arrays in Python.
 """
 

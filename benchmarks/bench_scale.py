@@ -35,7 +35,7 @@
    `--from-json REPORT` projects an earlier report's measurements again (no new measurement).
 
 Prints markdown: the rates, the TrainVocab line, the projection and the serial parts, the rows the
-README carries (and writes the whole report as JSON with --json).
+docs/performance.md carries (and writes the whole report as JSON with --json).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """benchmarks/bench_pipeline.py runs end to end on a small synthetic dump (ours only: the anchors'
-chain has its own test), so the benchmark behind the README's figures keeps working."""
+chain has its own test), so the benchmark behind docs/performance.md's figures keeps working."""
 
 import json
 import subprocess

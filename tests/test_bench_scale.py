@@ -1,5 +1,5 @@
 """benchmarks/bench_scale.py --quick runs end to end (every stage on one core, TrainVocab in its limited child,
-the projection) and prints well-formed tables, so the script behind the README's scale table keeps working."""
+the projection) and prints well-formed tables, so the script behind docs/performance.md's scale table keeps working."""
 
 import json
 import subprocess

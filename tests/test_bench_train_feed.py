@@ -1,5 +1,5 @@
 """benchmarks/bench_feed.py runs end to end on a small dataset (both readers, TFRecord and NVIDIA's HDF5),
-so the script behind the README's feed-throughput figures keeps working; bench_train.py's arithmetic of
+so the script behind docs/performance.md's feed-throughput figures keeps working; bench_train.py's arithmetic of
 baselines is checked on counts whose answers are known."""
 
 import json

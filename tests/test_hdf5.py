@@ -156,7 +156,7 @@ def test_an_output_without_instances_is_an_empty_file_nvidias_reader_reads(tmp_p
 
 
 def test_nvidias_trainer_takes_only_files_named_training(tmp_path):
-    """The file-discovery rule the README states: run_pretraining.py trains on the files of --input_dir whose name
+    """The file-discovery rule docs/outputs.md states: run_pretraining.py trains on the files of --input_dir whose name
     contains 'training', so our wiki_*.hdf5 shards need links (or a copy) under such names."""
     (tmp_path / "wiki_00000.hdf5").write_bytes(b"")
     (tmp_path / "training_wiki_00000.hdf5").symlink_to(tmp_path / "wiki_00000.hdf5")

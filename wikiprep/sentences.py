@@ -48,7 +48,7 @@ class PunktSplitter(PunktSentenceTokenizer):
     For every ".", "?" or "!" that may end a sentence, nltk takes the little context around it
     ("century. The"), makes a token object per word of it, runs them through four generators and
     keeps the break if a word but the last ends up a sentence break. Profiled, that machinery was
-    ~70% of `split_part`. Here (`_sentence_spans`) one loop finds the candidates and their words
+    ~70% of splitting a piece. Here (`_sentence_spans`) one loop finds the candidates and their words
     as nltk does, and a candidate is decided from the two whitespace-free runs around its gap
     ("century." and "The", `_run`), each analysed once per splitter: runs recur far more than whole
     contexts. Each step that differs from nltk's says why the result is the same; tests compare

@@ -1,4 +1,4 @@
-"""Slurm job arrays: which task each job of the chain runs (README, "Slurm").
+"""Slurm job arrays: which task each job of the chain runs (docs/cluster.md, "Slurm").
 
 `cluster/slurm/submit.sh` submits one job per stage, each waiting for the one before
 (`--dependency=afterok`); the stages that fan out are job arrays with one element per dump piece

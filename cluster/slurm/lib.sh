@@ -1,4 +1,4 @@
-# Sourced by the sbatch scripts of cluster/slurm/ (README, "Slurm"). They run from the project
+# Sourced by the sbatch scripts of cluster/slurm/ (docs/cluster.md, "Slurm"). They run from the project
 # root: submit.sh gives sbatch --chdir; by hand, submit from the project root.
 
 # ROOT, BIN (the venv's bin), PYTHONPATH so the jobs import this checkout's workflows.
@@ -103,7 +103,7 @@ run_allocation() {
   state=${TMPDIR:-/tmp}/wikiprep-luigid-${SLURM_JOB_ID:-$$}
   mkdir -p "$state"
   export LUIGI_CONFIG_PATH=$ROOT/cluster/luigi-cluster.cfg
-  # No authentication (README, "Cluster runs"): LUIGID_ADDRESS narrows it to one interface.
+  # No authentication (docs/cluster.md): LUIGID_ADDRESS narrows it to one interface.
   keep_luigid --address "${LUIGID_ADDRESS:-0.0.0.0}" --port "$port" --state-path "$state/state.pickle" \
     --logdir "$state" &
   local luigid_pid=$!

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Job-array mode (README, "Slurm"): submit the chain of jobs that builds one dataset; print the job ids.
+# Job-array mode (docs/cluster.md, "Slurm"): submit the chain of jobs that builds one dataset; print the job ids.
 #
 #   cluster/slurm/submit.sh 128|384|512 --data-dir D --dump-url U --wiki W --dump-date YYYYMMDD [PARAMETERS]
 #

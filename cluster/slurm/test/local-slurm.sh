@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real one-node Slurm cluster on this machine, for `make test-slurm` (README, "Slurm").
+# A real one-node Slurm cluster on this machine, for `make test-slurm` (docs/cluster.md, "Slurm").
 #
 #   cluster/slurm/test/local-slurm.sh up DIR     # munged, slurmctld, slurmd; every path under DIR
 #   cluster/slurm/test/local-slurm.sh down DIR   # stops them by the pids in DIR/*.pid

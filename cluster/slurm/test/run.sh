@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test-slurm (README, "Slurm"): a real one-node Slurm on this machine, the tests of
+# make test-slurm (docs/cluster.md, "Slurm"): a real one-node Slurm on this machine, the tests of
 # cluster/slurm/test/test_slurm.py on it, and the daemons stopped again, also on failure.
 #
 #   cluster/slurm/test/run.sh PYTHON [PYTEST ARGS...]    (PYTHON: the project's venv python)

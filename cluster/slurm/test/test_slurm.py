@@ -1,4 +1,4 @@
-"""Both Slurm modes on a real Slurm (README, "Slurm"); `make test-slurm` brings one up on this machine.
+"""Both Slurm modes on a real Slurm (docs/cluster.md, "Slurm"); `make test-slurm` brings one up on this machine.
 
 Not part of `make test`: pytest collects tests/ only (pyproject.toml, testpaths). Without a
 reachable Slurm every test here skips and says why; `make test-slurm` sets WIKIPREP_REQUIRE_SLURM=1,
