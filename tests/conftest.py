@@ -109,3 +109,24 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def tier_table() -> dict:
     return TIERS
+
+
+@pytest.fixture(scope="session")
+def synthetic_part(tmp_path_factory):
+    """A part of a synthetic dump (testkit.synthetic_dump: the benchmarks' text, generated, about 3 MB of XML)
+    extracted as ExtractPart does, and the Punkt model trained on it as TrainPunkt does: (extracted part, model).
+    For the checks against stock nltk on more text than the embedded sample holds."""
+    from testkit.synthetic_dump import write_synthetic_dump
+    from wikiprep import sentences
+    from wikiprep.wikipedia.extract import extract_part
+    from wikiprep.wikipedia.source import extracted_documents
+
+    root = tmp_path_factory.mktemp("synthetic")
+    (part,) = sorted(write_synthetic_dump(root / "site", xml_mb=3.0, parts=1).glob("*pages-articles1*.bz2"))
+    extracted = root / "enwiki-20260101-pages-articles1.jsonl"
+    extract_part(part, extracted, "20260101")
+    model = root / "punkt_min200.json"
+    sample = sentences.PunktSample()
+    sample.add(extracted.stem, extracted_documents(extracted, min_chars=200))
+    sentences.train_punkt(sample.texts, model)
+    return extracted, model

@@ -18,7 +18,6 @@ from wikiprep.wikipedia.source import extracted_documents
 from fixture_paths import REFERENCE_INPUTS
 
 # What `benchmarks/bench_pipeline.py` leaves in this checkout (skipped without it)
-BENCH_PART = Path(__file__).resolve().parent.parent / "benchmarks" / "work" / "ours" / "enwiki-20260101" / "extracted"
 
 
 def model(params):
@@ -128,12 +127,10 @@ def test_bulk_training_equals_nltk_on_the_fixture_texts():
         assert bulk_model(text) == nltk_model(text), path.name
 
 
-def test_bulk_training_equals_nltk_on_the_benchmark_sample():
-    parts = sorted(BENCH_PART.glob("*pages-articles1*.jsonl"))
-    if not parts:
-        pytest.skip(f"no extracted dump part under {BENCH_PART}: run benchmarks/bench_pipeline.py")
+def test_bulk_training_equals_nltk_on_a_synthetic_part(synthetic_part):
+    extracted, _ = synthetic_part
     sample = sentences.PunktSample()
-    sample.add(parts[0].stem, extracted_documents(parts[0], min_chars=200))
+    sample.add(extracted.stem, extracted_documents(extracted, min_chars=200))
     text = "\n\n".join(sample.texts)
     ours = bulk_model(text)
     assert ours == nltk_model(text)

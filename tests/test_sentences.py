@@ -190,7 +190,6 @@ from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_BEG_UC, _ORTHO_MID_LC, _O
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fixture_paths import REFERENCE_INPUTS as INPUTS  # noqa: E402
-BENCH_WORK = os.path.join(REPO, "benchmarks", "work")
 
 
 def handmade_params():
@@ -310,19 +309,14 @@ def test_splitter_equals_stock_punkt_on_fixture_text(extracted, tmp_path):
     assert assert_same_sentences(handmade_params(), texts[::5]) > 500
 
 
-def test_splitter_equals_stock_punkt_on_benchmark_parts():
-    """A sample of the extracted parts `benchmarks/bench_pipeline.py` leaves under benchmarks/work, cleaned as
-    split_piece gets them cleaned, with the Punkt model trained beside them; and the same documents uncleaned."""
-    import glob
+def test_splitter_equals_stock_punkt_on_a_synthetic_part(synthetic_part):
+    """A sample of an extracted part of the benchmarks' synthetic dump, cleaned as split_piece gets them cleaned,
+    with the Punkt model trained on it; and the same documents uncleaned."""
     import random
 
     from wikiprep.wikipedia.clean import clean_document
 
-    parts = sorted(glob.glob(os.path.join(BENCH_WORK, "**", "extracted", "*.jsonl"), recursive=True))
-    cases = [(part, model) for part in parts
-             for model in sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(part)), "punkt_*.json")))[:1]]
-    if not cases:
-        pytest.skip(f"no extracted part with a Punkt model under {BENCH_WORK}: run benchmarks/bench_pipeline.py")
+    cases = [synthetic_part]
     rng = random.Random(15)
     compared = 0
     for part, model in cases:
