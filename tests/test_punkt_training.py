@@ -6,7 +6,6 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from nltk.tokenize.punkt import PunktLanguageVars, PunktToken

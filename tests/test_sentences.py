@@ -188,7 +188,6 @@ def test_merged_shards_are_the_buckets_in_dump_order(extracted, tmp_path):
 from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_BEG_UC, _ORTHO_MID_LC, _ORTHO_MID_UC,  # noqa: E402
                                  _ORTHO_UNK_UC, PunktParameters, PunktSentenceTokenizer)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from fixture_paths import REFERENCE_INPUTS as INPUTS  # noqa: E402
 
 

@@ -32,7 +32,6 @@ from luigi.util import inherits
 
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
                              write_dir_receipt, write_receipt)
-from shardkit.errors import PrepError
 from wikiprep import dataset, layouts, reader, sentences, vocab
 from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
 from wikiprep.corpus import Piece, Source
