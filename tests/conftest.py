@@ -28,6 +28,7 @@ TIERS = {
     "test_clean": "unit",
     "test_cli": "e2e",
     "test_commit": "unit",
+    "test_damage": "e2e",
     "test_download": "daemons",
     "test_duplicate_runs": "daemons",
     "test_extract": ("unit", {"test_a_skipped_page_is_in_the_datasets_stats": "e2e"}),

@@ -16,8 +16,10 @@ closing INFO line: items, bytes, time, rate) go to the console at the run's log 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -262,7 +264,12 @@ class ChoiceParameter(_FlagNamed, luigi.ChoiceParameter):
 
 
 class ReceiptTarget(luigi.Target):
-    """Complete when `path` (a file or a folder) has a receipt that still matches it."""
+    """Complete when `path` (a file or a folder) has a receipt that still matches it.
+
+    An output whose receipt says it was committed but which no longer matches it (removed, truncated,
+    a file of a folder missing: `damage`) is damaged: before its task runs again it is removed
+    (`remove_damaged`, on Luigi's START event), so that the rerun writes it afresh instead of finding a
+    different file in its place. Only what a receipt proves this pipeline wrote is ever removed."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -275,6 +282,103 @@ class ReceiptTarget(luigi.Target):
     def receipt(self) -> dict:
         with open(receipt_path(self.path), encoding="utf-8") as f:
             return json.load(f)
+
+    def _held_receipt(self) -> dict | None:
+        """The receipt as it is on disk, whether or not the output still matches it; None without a usable one."""
+        try:
+            held = self.receipt()
+        except (OSError, ValueError):
+            return None
+        return held if isinstance(held, dict) else None
+
+    def damage(self) -> list[tuple[Path, str]]:
+        """The committed files that no longer match their receipt, each with what is wrong; [] when the output
+        is whole or was never committed (no receipt: a run killed before it, which the rerun completes)."""
+        held = self._held_receipt()
+        if held is None or self.exists():
+            return []
+        if "files" in held:  # a folder
+            return [(self.path, "its files no longer match its receipt")]
+        return [(self.path, _size_problem(self.path, held.get("size")))]
+
+    def remove_damaged(self) -> None:
+        for path, problem in self.damage():
+            logger.warning("%s: %s; removed, to be made again", path, problem)
+            _remove_output(path)
+
+
+def _size_problem(path: Path, size) -> str:
+    try:
+        return f"{path.stat().st_size} bytes, its receipt says {size}"
+    except FileNotFoundError:
+        return "missing, though its receipt says it was committed"
+
+
+def _remove_output(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+class IndexedTarget(ReceiptTarget):
+    """A record file whose receipt also names its index file (`index`: file, size, sha256): complete only when
+    both still have the sizes recorded."""
+
+    def _index(self, held: dict) -> tuple[Path, int] | None:
+        index = held.get("index")
+        if not isinstance(index, dict):
+            return None
+        return self.path.parent / str(index.get("file")), index.get("size")
+
+    def exists(self) -> bool:
+        held = read_receipt(self.path)
+        if held is None:
+            return False
+        index = self._index(held)
+        return index is None or _file_size(index[0]) == index[1]
+
+    def damage(self) -> list[tuple[Path, str]]:
+        held = self._held_receipt()
+        if held is None or self.exists():
+            return []
+        damaged = [(self.path, _size_problem(self.path, held.get("size")))]
+        index = self._index(held)
+        if index is not None:
+            damaged.append((index[0], _size_problem(index[0], index[1])))
+        return damaged  # a record file and its index are written together: both go
+
+
+def _file_size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
+class ManifestTarget(ReceiptTarget):
+    """A finished dataset: MANIFEST.json with its receipt, and every file it lists still at its listed size (a
+    stat per file: a rerun notices a shard, an index or stats.json removed or truncated, and rebuilds it).
+    `wikiprep verify` hashes every file against the manifest: the full re-check."""
+
+    def _listed(self) -> list[tuple[Path, int]]:
+        try:
+            manifest = json.loads(self.path.read_text(encoding="utf-8"))
+            return [(self.path.parent / entry["path"], entry["size"]) for entry in manifest["files"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
+
+    def exists(self) -> bool:
+        return super().exists() and all(_file_size(path) == size for path, size in self._listed())
+
+    def damage(self) -> list[tuple[Path, str]]:
+        if self._held_receipt() is None or self.exists():
+            return []
+        # MANIFEST.json itself, then the listed files still there at another size (missing ones are simply made
+        # again). The record files among them are their own tasks' outputs, rebuilt before this one runs.
+        return super().damage() + [(path, f"{_file_size(path)} bytes, MANIFEST.json says {size}")
+                                   for path, size in self._listed() if _file_size(path) not in (None, size)]
 
 
 def report_target(dataset_dir: str | Path) -> ReceiptTarget:
@@ -349,6 +453,14 @@ class PrepTask(luigi.Task):
         if isinstance(exception, PrepError):
             return str(exception)
         return super().on_failure(exception)
+
+
+@PrepTask.event_handler(luigi.Event.START)
+def _remove_damaged_outputs(task: PrepTask) -> None:
+    """A task about to run (so incomplete): its outputs that no longer match their receipts go first."""
+    for target in luigi.task.flatten(task.output()):
+        if isinstance(target, ReceiptTarget):
+            target.remove_damaged()
 
 
 @PrepTask.event_handler(luigi.Event.FAILURE)

@@ -38,8 +38,8 @@ from wikiprep.corpus import Piece, Source
 from wikiprep.options import GenerationOptions
 from wikiprep.tokenization import Vocab
 
-from .base import (BoolParameter, ChoiceParameter, FloatParameter, IntParameter, PrepTask, ReceiptTarget,
-                   commit_report, report_target)
+from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, ManifestTarget,
+                   PrepTask, ReceiptTarget, commit_report, report_target)
 
 luigi.namespace("bert", scope=__name__)
 
@@ -416,7 +416,7 @@ class PretrainShard(PretrainTask):
         return deps
 
     def output(self):
-        return ReceiptTarget(self.dataset_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
+        return IndexedTarget(self.dataset_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
                                                                    self.output_layout))
 
     def run(self):
@@ -456,15 +456,19 @@ class PretrainDataset(PretrainTask):
         return [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
 
     def output(self):
-        return {"manifest": ReceiptTarget(self.dataset_dir / "MANIFEST.json"), "report": report_target(self.dataset_dir)}
+        return {"manifest": ManifestTarget(self.dataset_dir / "MANIFEST.json"), "report": report_target(self.dataset_dir)}
 
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
             # Their report figures dropped as each is read: the report, below, takes them one at a time.
             receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
+            # A manifest made again (a file of the finished dataset was damaged) hashes every file: the damage
+            # may have reached a receipt too, whose hash the manifest must never copy.
+            repairing = receipt_path(manifest.path).exists()  # the dataset was finished once
             dataset.finalize(self.dataset_dir, self.dataset_spec(), self.vocab_path(), [r["stats"] for r in receipts],
-                             self.stage(SentenceShards).stats(), known_files=written_files(receipts))
+                             self.stage(SentenceShards).stats(),
+                             known_files=None if repairing else written_files(receipts))
             write_receipt(manifest.path)
         if self.output()["report"].exists():  # only the manifest was missing: the report stands
             return

@@ -1,0 +1,125 @@
+"""A finished dataset damaged on disk, then the same command again: the rerun notices (a stat per file against
+MANIFEST.json and the receipts), removes what no longer matches, rebuilds exactly that, and ends with every file
+byte-identical to the undamaged dataset; the dry run says what it would rebuild. Through Luigi's command line on
+the embedded sample dump, as a user runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixture_paths import REFERENCE_VOCAB
+from workflows import DEMO_DATE, DEMO_WIKI
+from workflows.wiki import write_sample_dump
+
+REPO = Path(__file__).resolve().parents[1]
+LUIGI = str(Path(sys.executable).with_name("luigi"))
+DATASET = f"{DEMO_WIKI}-{DEMO_DATE}/seq128_mask20_dup5"
+
+
+def _args(site: Path, data: Path) -> list[str]:
+    return ["--data-dir", str(data), "--dump-url", site.as_uri(), "--wiki", DEMO_WIKI, "--dump-date", DEMO_DATE,
+            "--num-shards", "2", "--vocab-file", str(REFERENCE_VOCAB)]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("LUIGI_CONFIG_PATH", None)
+    return subprocess.run([LUIGI, "--module", "workflows", "Pretrain128", *args, "--local-scheduler"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def _plan(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "workflows", "plan", "Pretrain128", *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    """Every file below `folder` (receipts and the report included) by its sha256."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    root = tmp_path_factory.mktemp("damage")
+    site = root / "site"
+    write_sample_dump(site, wiki=DEMO_WIKI, date=DEMO_DATE)
+    data = root / "data"
+    r = _run(*_args(site, data))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return site, data, _tree(data / DATASET)
+
+
+@pytest.fixture
+def copy(finished, tmp_path):
+    """A copy of the finished data folder, to damage."""
+    site, data, tree = finished
+    shutil.copytree(data, tmp_path / "data", symlinks=True)
+    return site, tmp_path / "data", tree
+
+
+def _truncate(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param(lambda d: (d / "wiki_00001.tfrecord").unlink(), id="a shard removed"),
+    pytest.param(lambda d: _truncate(d / "wiki_00000.tfrecord"), id="a shard truncated"),
+    pytest.param(lambda d: (d / "wiki_00000.index").unlink(), id="an index removed"),
+    pytest.param(lambda d: _truncate(d / "wiki_00001.index"), id="an index truncated"),
+    pytest.param(lambda d: (d / "stats.json").unlink(), id="stats.json removed"),
+    pytest.param(lambda d: _truncate(d / "stats.json"), id="stats.json truncated"),
+    pytest.param(lambda d: _truncate(d / "vocab.txt"), id="vocab.txt truncated"),
+    pytest.param(lambda d: _truncate(d / "MANIFEST.json"), id="MANIFEST.json truncated"),
+    pytest.param(lambda d: shutil.rmtree(d / "report"), id="the report removed"),
+])
+def test_a_damaged_finished_dataset_is_rebuilt_where_damaged(copy, damage):
+    site, data, tree = copy
+    damage(data / DATASET)
+    plan = _plan(*_args(site, data))
+    assert "nothing to run" not in plan, plan
+    r = _run(*_args(site, data))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _tree(data / DATASET) == tree
+    verify = subprocess.run([str(Path(sys.executable).with_name("wikiprep")), "verify", str(data / DATASET)],
+                            capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0, verify.stderr
+    assert "nothing to run: the dataset is complete" in _plan(*_args(site, data))
+
+
+def test_a_rebuilt_manifest_never_copies_a_hash_from_a_damaged_receipt(copy):
+    """The receipt of a good shard says another sha256 (same size), and stats.json is gone: the manifest made
+    again hashes the files themselves, so verify passes and blames no good shard."""
+    site, data, tree = copy
+    folder = data / DATASET
+    receipt = folder / ".receipts" / "wiki_00000.tfrecord.json"
+    held = json.loads(receipt.read_text(encoding="utf-8"))
+    held["sha256"] = "0" * 64
+    receipt.write_text(json.dumps(held), encoding="utf-8")
+    (folder / "stats.json").unlink()
+    r = _run(*_args(site, data))
+    assert r.returncode == 0, r.stderr[-3000:]
+    shard = next(e for e in json.loads((folder / "MANIFEST.json").read_text())["files"]
+                 if e["path"] == "wiki_00000.tfrecord")
+    assert shard["sha256"] == tree["wiki_00000.tfrecord"]
+    verify = subprocess.run([str(Path(sys.executable).with_name("wikiprep")), "verify", str(folder)],
+                            capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0, verify.stderr
+
+
+def test_an_intact_dataset_runs_nothing(copy):
+    site, data, tree = copy
+    r = _run(*_args(site, data))
+    assert r.returncode == 0 and "complete ones were encountered" in r.stderr and "ran successfully" not in r.stderr
+    assert _tree(data / DATASET) == tree
