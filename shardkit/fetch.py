@@ -47,6 +47,7 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 import urllib.parse
 import urllib.request
@@ -72,6 +73,24 @@ RECEIPT_HASH = "sha256"  # the receipt's own hash (shardkit.atomic), computed wh
 MAX_REDIRECTS = 10  # mirrors redirect once or twice; requests' own default is 30
 REDIRECT_SCHEMES = ("http", "https")
 
+# How long a transfer may take. Every request has a connect timeout and a read timeout (no byte for that long
+# ends the attempt); an attempt whose body arrives slower than MIN_RATE bytes/s over RATE_WINDOW seconds is
+# ended too (a server trickling a byte a second never trips a read timeout); and a download gives up when the
+# furthest byte it holds has not advanced for STALL_BUDGET seconds, whatever its retry count: under these
+# defaults a server that accepts and never answers fails in about two minutes. Retries count only attempts
+# that brought no byte past the furthest one held, so a server that ignores Range and drops the connection at
+# the same place every time is given up on after `retries` attempts.
+CONNECT_TIMEOUT = 20.0
+READ_TIMEOUT = 30.0
+MIN_RATE = 1024  # bytes per second
+RATE_WINDOW = 60.0
+STALL_BUDGET = 120.0
+
+# The most bytes a file whose size nobody states may have (Expected.max_size's default): a body past it is
+# refused, so an endless body cannot fill the disk. The largest file Wikimedia publishes (enwiki's
+# multistream dump, all in one file) is about 24 GB in 2024; 64 GiB leaves room for years of growth.
+MAX_SIZE = 64 << 30
+
 _CONTENT_RANGE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+|\*)$")
 
 
@@ -93,13 +112,15 @@ BZ2 = Magic("bz2", b"BZh")
 @dataclass(frozen=True)
 class Expected:
     """What a downloaded file must be: its size in bytes (None: unknown), hashes as {hashlib name: hex}
-    (at least one; lowercase hex, as hexdigest() gives), the magic it starts with (None: not checked).
+    (at least one; lowercase hex, as hexdigest() gives), the magic it starts with (None: not checked), and the
+    most bytes it may have when its size is unknown (`max_size`, default MAX_SIZE).
     `source` names where size and hashes come from in error lines ('… bytes of x, <source> says …')."""
 
     size: int | None
     hashes: dict[str, str]
     magic: Magic | None = None
     source: str = "its listing"
+    max_size: int = MAX_SIZE  # the cap on a body when `size` is None (see MAX_SIZE)
 
     def __post_init__(self):
         for algo, hexdigest in self.hashes.items():
@@ -252,10 +273,12 @@ class Backoff:
     def __init__(self, base: float = 1.0, max_wait: float = 60.0):
         self.base, self.max_wait, self.n = base, max_wait, 0
 
-    def sleep(self, retry_after: float | None = None) -> None:
+    def sleep(self, retry_after: float | None = None, limit: float | None = None) -> None:
+        """Sleep the next wait, never more than `limit` seconds (what is left of a budget) when given."""
         wait = retry_after if retry_after is not None else self.base * (2**self.n)
         self.n += 1
-        time.sleep(max(0.0, min(wait, self.max_wait)))
+        wait = min(wait, self.max_wait) if limit is None else min(wait, self.max_wait, limit)
+        time.sleep(max(0.0, wait))
 
     def reset(self) -> None:
         self.n = 0
@@ -269,6 +292,74 @@ def _is_html(resp: requests.Response) -> bool:
     return resp.headers.get("Content-Type", "").split(";")[0].strip().lower() in ("text/html", "application/xhtml+xml")
 
 
+class _Budget:
+    """Seconds left of a budget, on the monotonic clock; `reset` starts it again (progress was made)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.reset()
+
+    def reset(self) -> None:
+        self.since = time.monotonic()
+
+    def left(self) -> float:
+        return self.seconds - (time.monotonic() - self.since)
+
+    def timeouts(self, connect: float, read: float) -> tuple[float, float]:
+        """requests' (connect, read) timeouts, neither past what is left of the budget."""
+        left = max(self.left(), 0.01)
+        return min(connect, left), min(read, left)
+
+
+def _reader(resp: requests.Response):
+    """`read(n)` of the raw body returning as soon as any byte is there (read1: a trickle never has to fill a
+    block before a check), undoing a content encoding as requests would; urllib3's errors become requests'."""
+    raw = resp.raw
+    decode = {"decode_content": True} if isinstance(raw, urllib3.response.BaseHTTPResponse) else {}
+    read = raw.read1 if hasattr(raw, "read1") else raw.read
+
+    def read_some(n: int) -> bytes:
+        try:
+            return read(n, **decode)
+        except urllib3.exceptions.HTTPError as e:  # a read timeout, a connection cut short
+            raise requests.ConnectionError(e) from None
+
+    return read_some
+
+
+# ---------------------------------------------------------------------------------------------
+# Links: never written through
+
+
+def _refuse_link(path: Path) -> PrepError:
+    return PrepError(f"{path} is a symbolic link: refusing to write through it (remove it to download again)")
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    """os.open(path, flags) never through a symbolic link (O_NOFOLLOW, O_CREAT included), checked on the
+    descriptor to be a regular file: a link is a PrepError naming `path`, as is a FIFO, a device or a folder."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK):
+            raise _refuse_link(path) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except BaseException:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise PrepError(f"{path} is not a regular file: refusing to use it")
+    return fd
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
 # ---------------------------------------------------------------------------------------------
 # Small files, read whole
 
@@ -278,27 +369,25 @@ def _too_large(source: str, cap: int, kind: str | None) -> PrepError:
     return PrepError(f"{source} is larger than {limit}" + (f": not {kind}" if kind else ""))
 
 
-def _read_capped(resp: requests.Response, url: str, cap: int, kind: str | None) -> bytes:
+def _read_capped(resp: requests.Response, url: str, cap: int, kind: str | None, budget: _Budget | None = None) -> bytes:
     """The body of `resp`, when it has at most `cap` bytes; never reads more than cap + 1 bytes.
 
     Read from the raw stream, each read asking for no more than what is left to the cap's next
     byte (requests' iter_content reads in fixed blocks, and dropping its iterator to change the
     block size closes a chunked transfer). A broken transfer is a requests.ConnectionError, retried
-    like any other.
+    like any other. With a `budget`, a body still arriving when it runs out is a requests.Timeout.
     """
     length = resp.headers.get("Content-Length", "")
     too_big = length.isdigit() and int(length) > cap
-    # urllib3 answers (http, https) undo a content encoding when asked; the file:// adapter's is a file.
-    decode = {"decode_content": True} if isinstance(resp.raw, urllib3.response.BaseHTTPResponse) else {}
+    read = _reader(resp)
     body = bytearray()
-    try:
-        while not too_big and len(body) <= cap:
-            block = resp.raw.read(min(1 << 16, cap + 1 - len(body)), **decode)
-            if not block:
-                break
-            body += block
-    except urllib3.exceptions.HTTPError as e:
-        raise requests.ConnectionError(e) from None
+    while not too_big and len(body) <= cap:
+        block = read(min(1 << 16, cap + 1 - len(body)))
+        if not block:
+            break
+        body += block
+        if budget is not None and budget.left() <= 0:
+            raise requests.Timeout(f"the body was still arriving after {budget.seconds:g} s ({len(body)} bytes)")
     if too_big or len(body) > cap:
         raise _too_large(url, cap, kind)
     return bytes(body)
@@ -315,29 +404,37 @@ def read_small_file(path: Path, *, cap: int, kind: str | None = None) -> bytes:
 
 
 def read_small(session: requests.Session, url: str, *, cap: int, kind: str | None = None, retries: int = 5,
-               timeout: float = 60, backoff: Backoff | None = None) -> tuple[int, bytes]:
+               timeout: float = READ_TIMEOUT, backoff: Backoff | None = None, connect_timeout: float = CONNECT_TIMEOUT,
+               stall_budget: float = STALL_BUDGET) -> tuple[int, bytes]:
     """GET a small file with retries; returns (status, body) for 200 (a body of at most `cap` bytes)
     and (status, b"") for a final answer of any other status, whose body is not read.
 
     429/5xx and transport errors are retried with back-off, `retries` times; then a PrepError naming
     `url` and the last failure. A body over the cap is a PrepError naming `url` and `kind` (what the
     file should have been, as 'not <kind>'), refused on its Content-Length when the server sends one.
+    Each request has `connect_timeout` and `timeout` (read); all of it, retries and waits included, ends
+    within `stall_budget` seconds: then a PrepError naming `url` and the last failure.
     """
     backoff = Backoff() if backoff is None else backoff
+    budget = _Budget(stall_budget)
     last = ""
     for attempt in range(retries + 1):
+        if budget.left() <= 0:
+            raise PrepError(f"giving up on {url}: no answer in {stall_budget:g} s: {last}")
         retry_after = None
         try:
-            with _get(session, url, timeout=timeout) as resp:
+            with _get(session, url, timeout=budget.timeouts(connect_timeout, timeout)) as resp:
                 if not _is_retryable(resp.status_code):
-                    return resp.status_code, _read_capped(resp, url, cap, kind) if resp.status_code == 200 else b""
+                    return resp.status_code, _read_capped(resp, url, cap, kind, budget) if resp.status_code == 200 else b""
                 last = f"HTTP {resp.status_code} {_said(resp.reason)}"
                 retry_after = _retry_after(resp)
         except requests.RequestException as e:
             last = f"{type(e).__name__}: {_said(e, 300)}"
         if attempt < retries:
             log.info("%s: %s; retrying", url, last)
-            backoff.sleep(retry_after)
+            backoff.sleep(retry_after, limit=max(0.0, budget.left()))
+            if budget.left() <= 0:
+                raise PrepError(f"giving up on {url}: no answer in {stall_budget:g} s: {last}")
     raise PrepError(f"giving up on {url} after {retries} retries: {last}")
 
 
@@ -353,6 +450,18 @@ class _Transient(Exception):
     """A failure worth retrying with back-off (429/5xx, a dropped or timed-out transfer)."""
 
 
+class _Slow(_Transient):
+    """An attempt whose body arrived slower than its minimum rate: never counted as progress."""
+
+
+class _TooLarge(PrepError):
+    """A body past the cap of a file of unknown size: refused at once, the `.part` discarded."""
+
+
+def _size_text(n: int) -> str:
+    return f"{n >> 30} GiB" if n and n % (1 << 30) == 0 else f"{n >> 20} MiB" if n and n % (1 << 20) == 0 else f"{n:,} bytes"
+
+
 def _hashers(expected: Expected) -> dict[str, "hashlib._Hash"]:
     """The expected hashes, then the receipt's sha256 when it is not one of them."""
     return {algo: hashlib.new(algo) for algo in {**expected.hashes, RECEIPT_HASH: None}}
@@ -362,14 +471,18 @@ def _digests(hashers: dict) -> dict[str, str]:
     return {algo: h.hexdigest() for algo, h in hashers.items()}
 
 
-def _hash_file(path: Path, hashers: dict, chunk: int) -> int:
+def _hash_stream(f, hashers: dict, chunk: int) -> int:
     n = 0
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            for h in hashers.values():
-                h.update(block)
-            n += len(block)
+    while block := f.read(chunk):
+        for h in hashers.values():
+            h.update(block)
+        n += len(block)
     return n
+
+
+def _hash_file(path: Path, hashers: dict, chunk: int) -> int:
+    with os.fdopen(_open_regular(path, os.O_RDONLY), "rb") as f:
+        return _hash_stream(f, hashers, chunk)
 
 
 def _check_hashes(expected: Expected, digests: dict[str, str]) -> str | None:
@@ -432,7 +545,8 @@ class _ProgressBar:
 
 def _read_sidecar(sidecar: Path) -> dict:
     try:
-        data = json.loads(sidecar.read_text(encoding="utf-8"))
+        with os.fdopen(_open_regular(sidecar, os.O_RDONLY), "rb") as f:
+            data = json.loads(f.read(1 << 16).decode("utf-8"))
         return data if isinstance(data, dict) else {}
     except (FileNotFoundError, ValueError, UnicodeDecodeError):
         return {}
@@ -453,110 +567,138 @@ def _discard(*paths: Path) -> None:
 
 
 def _transfer(session, url: str, name: str, expected: Expected, partfile: Path, sidecar: Path, *,
-              retries, timeout, backoff, chunk, bar) -> dict[str, str]:
-    """Bring `partfile` to the whole body of `url`, resuming; return its digests.
+              retries, timeout, connect_timeout, min_rate, rate_window, stall_budget, backoff, chunk, bar
+              ) -> tuple[dict[str, str], tuple[int, int]]:
+    """Bring `partfile` to the whole body of `url`, resuming; return its digests and its (st_dev, st_ino).
 
-    Transport failures (429, 5xx, connection errors, timeouts) are retried with back-off, at
-    most `retries` in a row without progress. Wrong content raises `_Mismatch`.
+    `partfile` is opened once, never through a link (`_open_regular`). Transport failures (429, 5xx,
+    connection errors, timeouts, a body slower than `min_rate` bytes/s over `rate_window` s) are retried
+    with back-off, at most `retries` in a row without progress: an attempt progresses when it brings a
+    byte past the furthest one held, and was not too slow. With no progress for `stall_budget` seconds
+    the download is given up whatever the count. Wrong content raises `_Mismatch`; a body past
+    `expected.max_size` when the size is unknown, `_TooLarge`.
     """
     size, magic = expected.size, expected.magic
-    hashers = _hashers(expected)
-    have = 0
-    if partfile.exists():
-        have = partfile.stat().st_size
-        if size is not None and have > size:
-            partfile.write_bytes(b"")
+    cap = size if size is not None else expected.max_size
+    with os.fdopen(_open_regular(partfile, os.O_RDWR | os.O_CREAT), "r+b") as f:
+        ident = _ident(f.fileno())
+        hashers = _hashers(expected)
+        if os.fstat(f.fileno()).st_size > cap:
+            f.truncate(0)
             have = 0
         else:
-            have = _hash_file(partfile, hashers, chunk)  # resume: hash what is already there
-    known = _read_sidecar(sidecar)
-    # A validator is only meaningful for the URL that produced it; elsewhere (another mirror)
-    # resume without If-Range: the final hash check catches a spliced file.
-    validator = known.get("validator") if known.get("url") == url else None
-    bar.update(have)
-    failures, last = 0, ""
-    while True:
-        if size is not None and have == size:
-            return _digests(hashers)
-        headers = {}
-        if have:
-            headers["Range"] = f"bytes={have}-"
-            if validator:
-                headers["If-Range"] = validator
-        progressed = False
-        retry_after = None
-        try:
-            with _get(session, url, headers=headers, timeout=timeout) as resp:
-                code = resp.status_code
-                if code == 416:  # our .part is longer than the server's file: start again
-                    partfile.write_bytes(b"")
-                    hashers, have0, have = _hashers(expected), have, 0
-                    raise _Transient(f"HTTP 416 for bytes={have0}-")
-                if _is_retryable(code):
-                    retry_after = _retry_after(resp)
-                    raise _Transient(f"HTTP {code} {_said(resp.reason)}")
-                if code not in (200, 206):
-                    raise ServerRefused(url, name, code, resp.reason)
-                if _is_html(resp):
-                    raise _Mismatch(f"{url} served an HTML page (Content-Type {_said(resp.headers.get('Content-Type'))}) "
-                                    f"instead of {name}")
-                start = 0
-                if code == 206:
-                    m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", "").strip())
-                    if not m or int(m.group(1)) != have:
-                        raise _Mismatch(f"{url} answered bytes={have}- with Content-Range "
-                                        f"{excerpt(resp.headers.get('Content-Range', ''))}")
-                    start = have
-                length = resp.headers.get("Content-Length")
-                if size is not None and length is not None and length.isdigit() and start + int(length) != size:
-                    raise _Mismatch(f"{url} serves {start + int(length)} bytes of {name}, {expected.source} says {size}")
-                if code == 200:  # whole body: a changed file, or a server that ignores ranges
-                    if have:
-                        log.info("%s: the server sent the whole file (changed or no ranges); restarting", name)
-                    hashers, have = _hashers(expected), 0
-                    mode = "wb"
-                else:
-                    mode = "ab"
-                with open(partfile, mode) as f:
-                    if code == 200:
+            have = _hash_stream(f, hashers, chunk)  # resume: hash what is already there
+        known = _read_sidecar(sidecar)
+        # A validator is only meaningful for the URL that produced it; elsewhere (another mirror)
+        # resume without If-Range: the final hash check catches a spliced file.
+        validator = known.get("validator") if known.get("url") == url else None
+        bar.update(have)
+        budget = _Budget(stall_budget)
+        furthest, failures, last = have, 0, ""
+        while True:
+            if size is not None and have == size:
+                return _digests(hashers), ident
+            if budget.left() <= 0:
+                raise PrepError(f"giving up on {name} from {url}: no progress for {stall_budget:g} s: {last}")
+            headers = {}
+            if have:
+                headers["Range"] = f"bytes={have}-"
+                if validator:
+                    headers["If-Range"] = validator
+            progressed = slow = False
+            retry_after = None
+            try:
+                with _get(session, url, headers=headers, timeout=budget.timeouts(connect_timeout, timeout)) as resp:
+                    code = resp.status_code
+                    if code == 416:  # our .part is longer than the server's file: start again
+                        f.seek(0)
+                        f.truncate()
+                        hashers, have0, have = _hashers(expected), have, 0
+                        raise _Transient(f"HTTP 416 for bytes={have0}-")
+                    if _is_retryable(code):
+                        retry_after = _retry_after(resp)
+                        raise _Transient(f"HTTP {code} {_said(resp.reason)}")
+                    if code not in (200, 206):
+                        raise ServerRefused(url, name, code, resp.reason)
+                    if _is_html(resp):
+                        raise _Mismatch(f"{url} served an HTML page (Content-Type "
+                                        f"{_said(resp.headers.get('Content-Type'))}) instead of {name}")
+                    start = 0
+                    if code == 206:
+                        m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", "").strip())
+                        if not m or int(m.group(1)) != have:
+                            raise _Mismatch(f"{url} answered bytes={have}- with Content-Range "
+                                            f"{excerpt(resp.headers.get('Content-Range', ''))}")
+                        start = have
+                    length = resp.headers.get("Content-Length")
+                    if length is not None and length.isdigit():
+                        if size is not None and start + int(length) != size:
+                            raise _Mismatch(f"{url} serves {start + int(length)} bytes of {name}, "
+                                            f"{expected.source} says {size}")
+                        if size is None and start + int(length) > cap:
+                            raise _TooLarge(f"{url} serves {start + int(length)} bytes of {name}, more than the "
+                                            f"{_size_text(cap)} a file may have when {expected.source} gives no size")
+                    if code == 200:  # whole body: a changed file, or a server that ignores ranges
+                        if have:
+                            log.info("%s: the server sent the whole file (changed or no ranges); restarting", name)
+                        hashers, have = _hashers(expected), 0
+                        f.seek(0)
+                        f.truncate()
                         write_json(sidecar, {"url": url, "validator": _validator(resp)}, overwrite=True)
                         validator = _validator(resp)
                         bar.update(0)
+                    else:
+                        f.seek(have)
+                    read = _reader(resp)
                     head = b""
-                    for block in resp.iter_content(chunk):
-                        if not block:
-                            continue
+                    window_start, window_bytes = time.monotonic(), 0
+                    while block := read(chunk):
                         if magic is not None and start == 0 and len(head) < len(magic.prefix):
                             head = (head + block)[: len(magic.prefix)]
                             if len(head) == len(magic.prefix) and head != magic.prefix:
                                 raise _Mismatch(f"{url} does not start with the {magic.format} magic "
                                                 f"{magic.prefix.decode('latin-1')!r} (starts {head!r})")
-                        if size is not None and have + len(block) > size:
-                            raise _Mismatch(f"{url} sent more than the {size} bytes of {name}")
+                        if have + len(block) > cap:
+                            if size is not None:
+                                raise _Mismatch(f"{url} sent more than the {size} bytes of {name}")
+                            raise _TooLarge(f"{url} sent more than {_size_text(cap)} of {name}, the most a file "
+                                            f"may have when {expected.source} gives no size")
                         f.write(block)
                         for h in hashers.values():
                             h.update(block)
                         have += len(block)
-                        progressed = True
+                        if have > furthest:
+                            furthest, progressed = have, True
                         bar.update(have)
-            if size is not None and have != size:
-                raise _Transient(f"connection closed at byte {have} of {size}")
-            return _digests(hashers)
-        except _Transient as e:
-            last = str(e)
-        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, requests.exceptions.MissingSchema) as e:
-            raise PrepError(f"bad URL {url}: {_said(e, 300)}") from None
-        except (requests.RequestException, ConnectionError, TimeoutError) as e:
-            # Network only: other OSErrors (a full disk) propagate as they are.
-            last = f"{type(e).__name__}: {_said(e, 300)}"
-        if progressed:
-            failures = 0
-            backoff.reset()
-        failures += 1
-        if failures > retries:
-            raise PrepError(f"giving up on {name} from {url} after {retries} retries: {last}")
-        log.info("%s: %s; retry %d of %d from byte %d", name, last, failures, retries, have)
-        backoff.sleep(retry_after)
+                        window_bytes += len(block)
+                        elapsed = time.monotonic() - window_start
+                        if elapsed >= rate_window:
+                            if window_bytes < min_rate * elapsed:
+                                raise _Slow(f"slower than {min_rate} bytes/s for {rate_window:g} s "
+                                            f"({window_bytes} bytes in {elapsed:.1f} s)")
+                            window_start, window_bytes = time.monotonic(), 0
+                if size is not None and have != size:
+                    raise _Transient(f"connection closed at byte {have} of {size}")
+                return _digests(hashers), ident
+            except _Transient as e:
+                last, slow = str(e), isinstance(e, _Slow)
+            except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema,
+                    requests.exceptions.MissingSchema) as e:
+                raise PrepError(f"bad URL {url}: {_said(e, 300)}") from None
+            except (requests.RequestException, ConnectionError, TimeoutError) as e:
+                # Network only: other OSErrors (a full disk) propagate as they are.
+                last = f"{type(e).__name__}: {_said(e, 300)}"
+            finally:
+                f.flush()  # what arrived is resumed by the next attempt, or the next run
+            if progressed and not slow:
+                failures = 0
+                backoff.reset()
+                budget.reset()
+            failures += 1
+            if failures > retries:
+                raise PrepError(f"giving up on {name} from {url} after {retries} retries: {last}")
+            log.info("%s: %s; retry %d of %d from byte %d", name, last, failures, retries, have)
+            backoff.sleep(retry_after, limit=max(0.0, budget.left()))
 
 
 @contextlib.contextmanager
@@ -572,7 +714,7 @@ def _fetch_lock(lock_path: Path):
     unlocked; the no-clobber commit of the verified file still keeps either copy whole.
     """
     while True:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_regular(lock_path, os.O_RDWR | os.O_CREAT)  # never through a link
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -590,7 +732,7 @@ def _fetch_lock(lock_path: Path):
             raise
         try:
             held = os.fstat(fd)
-            now = os.stat(lock_path)
+            now = os.stat(lock_path, follow_symlinks=False)
             if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
                 break
         except FileNotFoundError:
@@ -612,9 +754,13 @@ def fetch_file(
     expected: Expected,
     *,
     retries: int = 5,
-    timeout: float = 60,
+    timeout: float = READ_TIMEOUT,
     backoff: Backoff | None = None,
     verify_attempts: int = 3,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    min_rate: int = MIN_RATE,
+    rate_window: float = RATE_WINDOW,
+    stall_budget: float = STALL_BUDGET,
     chunk: int = 1 << 16,  # a dropped connection loses at most one chunk
     progress: Progress | None = None,
     progress_bar: bool | None = None,
@@ -629,7 +775,14 @@ def fetch_file(
     discards the `.part` and fetches again, at most `verify_attempts` times in all. Transport
     failures (429/5xx honouring Retry-After, dropped connections, timeouts) are retried with
     `backoff`, at most `retries` in a row without progress (a retry that brought bytes resets the
-    count). Any other status is a `ServerRefused` at once; redirects are followed as `_get` allows.
+    count; a restart from byte 0 counts as progress only past the furthest byte held before). Each
+    request has `connect_timeout` and `timeout` (no byte for that long); an attempt slower than
+    `min_rate` bytes/s over `rate_window` s is ended and counts as no progress; with no progress for
+    `stall_budget` s the download is given up (module constants: CONNECT_TIMEOUT, READ_TIMEOUT,
+    MIN_RATE, RATE_WINDOW, STALL_BUDGET). A file of unknown size is refused past `expected.max_size`.
+    Nothing is opened through a symbolic link: a link at `dest`, `<dest>.part`, `<dest>.part.json` or
+    `<dest>.part.lock` is a PrepError naming it, and nothing is written.
+    Any other status is a `ServerRefused` at once; redirects are followed as `_get` allows.
     `progress(bytes_done, bytes_total)` is called as bytes arrive; `progress_bar` (default: when
     stderr is a terminal) shows a tqdm bar. `session` (see `make_session`) is the caller's to close.
     """
@@ -640,9 +793,13 @@ def fetch_file(
     dest.parent.mkdir(parents=True, exist_ok=True)
     partfile = dest.with_name(name + PART_SUFFIX)
     sidecar = dest.with_name(name + SIDECAR_SUFFIX)
+    lock = dest.with_name(name + LOCK_SUFFIX)
+    for path in (dest, partfile, sidecar, lock):
+        if path.is_symlink():
+            raise _refuse_link(path)
 
     stage = Stage(log, f"download {name}")
-    with _fetch_lock(dest.with_name(name + LOCK_SUFFIX)):
+    with _fetch_lock(lock):
         done = _committed(dest, expected, url, chunk)
         if done is not None:
             if progress is not None:
@@ -654,8 +811,10 @@ def fetch_file(
         try:
             for attempt in range(1, verify_attempts + 1):
                 try:
-                    digests = _transfer(session, url, name, expected, partfile, sidecar,
-                                        retries=retries, timeout=timeout, backoff=backoff, chunk=chunk, bar=bar)
+                    digests, ident = _transfer(
+                        session, url, name, expected, partfile, sidecar, retries=retries, timeout=timeout,
+                        connect_timeout=connect_timeout, min_rate=min_rate, rate_window=rate_window,
+                        stall_budget=stall_budget, backoff=backoff, chunk=chunk, bar=bar)
                     wrong = _check_hashes(expected, digests)
                     if wrong:
                         raise _Mismatch(f"{name} from {url} has {wrong}")
@@ -666,12 +825,22 @@ def fetch_file(
                     log.warning("%s; fetching it again (%d of %d)", e, attempt + 1, verify_attempts)
                     backoff.sleep()
                     continue
+                except _TooLarge as e:
+                    _discard(partfile, sidecar)
+                    raise PrepError(f"{e}; the file was discarded") from None
                 break
         finally:
             bar.close()
 
-        with open(partfile, "rb+") as f:
-            os.fsync(f.fileno())
+        fd = _open_regular(partfile, os.O_RDWR)
+        try:
+            if _ident(fd) != ident:
+                raise PrepError(f"{partfile} was replaced while {name} was downloaded: not committed")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if dest.is_symlink():
+            raise _refuse_link(dest)
         commit(partfile, dest)  # never replaces: unlocked (`_fetch_lock`), a racer's verified copy may be there
         _discard(sidecar)
         receipt = _write_receipt(dest, url, expected, digests[RECEIPT_HASH])

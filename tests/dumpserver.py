@@ -21,8 +21,13 @@ Faults, per URL path, each applying to the next `times` requests (None = every r
   (its ETag changes) so that every later request sees the new bytes.
 - "redirect", location=URL, code=302: answer with that status and a Location header (and a
   short body), as a mirror that moved files, or a hostile one, does.
-- "endless", byte=b"\0": answer 200, chunked, with that byte repeated until the client hangs up
-  (a body with no end, as a misconfigured server streaming a device would send).
+- "endless", byte=b"\0", prefix=b"": answer 200, chunked, with `prefix` then that byte repeated until the
+  client hangs up (a body with no end, as a misconfigured server streaming a device would send).
+- "norange": ignore Range and If-Range, answer 200 with the whole file (combine with "drop").
+- "trickle", interval=I, seconds=S: send the headers, then one byte of the body every I seconds, for S
+  seconds at most, then close the connection.
+- "silent", seconds=S: read the request and answer nothing for S seconds (or until the server stops), then
+  close the connection (a server that accepts and never answers).
 - "barrier", barrier=threading.Barrier(N), seconds=S: hold the answer until N requests wait at
   the barrier (at most S seconds, then answer anyway): N clients that started at different times
   go on together (two runs racing for the same outputs, from a known point).
@@ -101,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
         seen.body_sent = len(body)
 
-    def _endless(self, seen: Seen, byte: bytes) -> None:
+    def _endless(self, seen: Seen, byte: bytes, prefix: bytes = b"") -> None:
         seen.status = 200
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -109,6 +114,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         block = byte * (1 << 16)
         self.close_connection = True
+        if prefix:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(prefix), prefix))
         while True:  # until the client closes: BrokenPipeError / ConnectionResetError end it
             self.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
             seen.body_sent += len(block)
@@ -124,7 +131,13 @@ class _Handler(BaseHTTPRequestHandler):
                        {"Content-Type": "text/plain", "Location": f.params["location"]})
             return
         if "endless" in kinds:
-            self._endless(seen, kinds["endless"].params.get("byte", b"\0"))
+            self._endless(seen, kinds["endless"].params.get("byte", b"\0"), kinds["endless"].params.get("prefix", b""))
+            return
+        if "silent" in kinds:
+            until = time.monotonic() + kinds["silent"].params.get("seconds", 30)
+            while time.monotonic() < until and not self.server.owner._closing.is_set():
+                time.sleep(0.02)
+            self.close_connection = True
             return
         if "status" in kinds:
             f = kinds["status"]
@@ -146,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
         ctype = {".json": "application/json", ".txt": "text/plain"}.get(file.suffix, "application/octet-stream")
         headers = {"Content-Type": ctype, "ETag": etag, "Last-Modified": last_modified, "Accept-Ranges": "bytes"}
         start, end, code = 0, len(data) - 1, 200
-        m = _RANGE.match(self.headers.get("Range", "").strip())
+        m = None if "norange" in kinds else _RANGE.match(self.headers.get("Range", "").strip())
         if_range = self.headers.get("If-Range")
         if m and (if_range is None or if_range in (etag, last_modified)):
             start = int(m.group(1))
@@ -171,6 +184,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             seen.body_sent = min(n, len(body))
             self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if "trickle" in kinds:
+            f = kinds["trickle"]
+            until = time.monotonic() + f.params.get("seconds", 30)
+            self.close_connection = True
+            for i in range(len(body)):
+                if time.monotonic() >= until or self.server.owner._closing.is_set():
+                    break
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                seen.body_sent = i + 1
+                time.sleep(f.params.get("interval", 1.0))
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         if "stall" in kinds:
@@ -202,6 +228,7 @@ class DumpServer:
         self._faults: dict[str, list[Fault]] = {}
         self.log: list[Seen] = []
         self.active = self.max_active = 0  # requests being answered at once, and the most seen
+        self._closing = threading.Event()  # set on exit: "silent" and "trickle" answers end
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
@@ -212,6 +239,7 @@ class DumpServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)

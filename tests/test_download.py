@@ -31,6 +31,7 @@ from wikiprep.wikipedia.dump import (
     fetch_part,
     list_parts,
     make_session,
+    read_dump_status,
 )
 from shardkit.errors import PrepError
 
@@ -803,3 +804,132 @@ def test_read_small_reads_under_its_cap_and_refuses_past_it(plain, tmp_path):
     assert fetch.read_small_file(local, cap=len(data)) == data
     with pytest.raises(PrepError, match=rf"^{local} is larger than 1,000 bytes: not a release listing$"):
         fetch.read_small_file(local, cap=1000, kind="a release listing")
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue #27: never through a link, and every transfer bounded
+
+
+@pytest.mark.parametrize("suffix, dangling", [("", False), (".part", False), (".part", True), (".part.json", False),
+                                              (".part.lock", False), (".part.lock", True)])
+def test_a_link_in_the_download_folder_is_refused_never_written_through(site, tmp_path, suffix, dangling):
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    outside = tmp_path / "outside.txt"
+    if not dangling:
+        outside.write_bytes(b"precious")
+    link = dest / (BIG + suffix)
+    link.symlink_to(outside)
+    with pytest.raises(PrepError) as e:
+        fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, **FAST)
+    assert str(e.value) == f"{link} is a symbolic link: refusing to write through it (remove it to download again)"
+    assert (outside.read_bytes() == b"precious") if not dangling else not outside.exists()
+    assert link.is_symlink() and (suffix == "" or not (dest / BIG).exists())
+    assert not receipt_path(dest / BIG).exists()
+
+
+def test_a_part_file_swapped_for_a_link_is_not_followed(plain, tmp_path):
+    """The check on the descriptor: a link planted where the .part is opened (after the up-front checks)."""
+    srv, session, data, url, dest = plain
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"precious")
+    part = dest.with_name(PLAIN_NAME + ".part")
+    part.parent.mkdir(parents=True)
+    real = fetch._fetch_lock
+
+    @__import__("contextlib").contextmanager
+    def plant(lock_path):
+        with real(lock_path):
+            part.symlink_to(outside)
+            yield
+
+    fetch._fetch_lock = plant
+    try:
+        with pytest.raises(PrepError, match=r"\.part is a symbolic link: refusing to write through it"):
+            fetch.fetch_file(session, url, dest, expect(data), **fast())
+    finally:
+        fetch._fetch_lock = real
+    assert outside.read_bytes() == b"precious" and not dest.exists()
+
+
+def test_a_server_ignoring_range_and_dropping_every_time_is_given_up(site):
+    """(a) Each attempt restarts from byte 0 and is cut at the same place: no progress, so the retries run out."""
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path(BIG), "norange", times=20)
+    srv.add_fault(url_path(BIG), "drop", times=20, after=50_000)
+    with pytest.raises(PrepError, match=rf"^giving up on {re.escape(BIG)} from .* after 3 retries: ") as e:
+        fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, retries=3, **FAST)
+    assert "\n" not in str(e.value)
+    assert len(srv.log_for(url_path(BIG))) == 4  # one that brought bytes, then 3 retries without progress
+    assert_clean(dest, BIG, None)
+
+
+def test_a_trickling_server_is_timed_out_by_its_rate(plain):
+    """(b) One byte every 50 ms never trips a read timeout; the minimum rate ends each attempt, the retries run out."""
+    srv, session, data, url, dest = plain
+    srv.add_fault(f"/{PLAIN}", "trickle", times=3, interval=0.05, seconds=5)
+    t0 = time.monotonic()
+    with pytest.raises(PrepError, match=rf"^giving up on {PLAIN_NAME} from {url} after 2 retries: "
+                                        r"slower than 1000 bytes/s for 0.3 s \("):
+        fetch.fetch_file(session, url, dest, expect(data), **fast(retries=2, timeout=1, min_rate=1000, rate_window=0.3))
+    assert time.monotonic() - t0 < 3
+    assert len(srv.log_for(f"/{PLAIN}")) == 3
+
+
+def test_a_trickle_is_given_up_within_the_stall_budget_whatever_the_retries(plain):
+    srv, session, data, url, dest = plain
+    srv.add_fault(f"/{PLAIN}", "trickle", times=None, interval=0.05, seconds=5)
+    t0 = time.monotonic()
+    with pytest.raises(PrepError, match=rf"^giving up on {PLAIN_NAME} from {url}: no progress for 1.2 s: slower"):
+        fetch.fetch_file(session, url, dest, expect(data),
+                         **fast(retries=1000, timeout=1, min_rate=1000, rate_window=0.2, stall_budget=1.2))
+    assert time.monotonic() - t0 < 3
+
+
+def test_a_server_that_never_answers_fails_within_the_budget(site):
+    """(c) Accepts, never answers: the plan's status read and a part's download each end within the stall budget."""
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path("dumpstatus.json"), "silent", times=None, seconds=10)
+    srv.add_fault(url_path(BIG), "silent", times=None, seconds=10)
+    t0 = time.monotonic()
+    with pytest.raises(PrepError, match=r"^giving up on http://.*/dumpstatus\.json: no answer in 1.5 s: .*Timeout") as e:
+        read_dump_status(srv.url, WIKI, DATE, retries=1000, timeout=0.4, stall_budget=1.5, **FAST_STATUS)
+    assert "\n" not in str(e.value) and time.monotonic() - t0 < 3
+    t0 = time.monotonic()
+    with pytest.raises(PrepError, match=rf"^giving up on {re.escape(BIG)} from .*: no progress for 1.5 s: .*Timeout"):
+        fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, retries=1000, timeout=0.4, stall_budget=1.5, **FAST)
+    assert time.monotonic() - t0 < 3
+    # The defaults: a server that never answers fails in about two minutes, connect and read timeouts within it.
+    assert fetch.STALL_BUDGET <= 120 and max(fetch.CONNECT_TIMEOUT, fetch.READ_TIMEOUT) < fetch.STALL_BUDGET
+
+
+def test_an_endless_body_without_a_size_is_refused_at_the_cap(tmp_path):
+    """(d) dumpstatus.json without sizes: the body is capped (MAX_PART_SIZE by default), the .part discarded."""
+    root = tmp_path / "site"
+    files = make_dump(root)
+    status = root / WIKI / DATE / "dumpstatus.json"
+    doc = json.loads(status.read_text())
+    for entry in doc["jobs"]["articlesdump"]["files"].values():
+        del entry["size"]
+    status.write_text(json.dumps(doc))
+    dest = tmp_path / "dl"
+    with DumpServer(root) as srv:
+        parts = _status_and_parts(srv, dest)
+        assert parts[BIG].size is None
+        srv.add_fault(url_path(BIG), "endless", times=None, prefix=b"BZh91AY&SY", byte=b"x")
+        with pytest.raises(PrepError, match=rf"^http://.* sent more than 1 MiB of {re.escape(BIG)}, the most a file may "
+                                            r"have when dumpstatus.json gives no size; the file was discarded$"):
+            fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, max_size=1 << 20, **FAST)
+        assert_clean(dest, BIG, None)
+        assert not (dest / f"{BIG}.part").exists()
+        # Within the cap, a part without a size downloads as before.
+        fetch_part(srv.url, WIKI, DATE, parts[SPLIT[1]], dest, max_size=1 << 20, **FAST)
+        assert_clean(dest, SPLIT[1], files[SPLIT[1]])
+    assert dl_max_default() == 64 << 30
+
+
+def dl_max_default() -> int:
+    from wikiprep.wikipedia.dump import MAX_PART_SIZE
+    return MAX_PART_SIZE

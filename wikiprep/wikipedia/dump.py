@@ -83,7 +83,12 @@ MULTISTREAM_JOBS = ("articlesmultistreamdump", "articlesmultistreamdumprecombine
 # dumpstatus.json and the checksum files hold one entry or line per file of the dump, a few hundred
 # bytes each: this cap is far above any real one, and a body past it is refused, unread.
 SMALL_FILE_CAP = 8 << 20
-SMALL_FILE_KIND = "a dumps site's status or checksum file"  # what a body past the cap is said not to be
+SMALL_FILE_KIND = "a dumps site's status or checksum file"
+
+# A part whose size dumpstatus.json does not give is refused past this many bytes, so an endless body cannot
+# fill the disk: the largest file of any Wikimedia dump (enwiki's multistream dump in one file) is about 24 GB
+# in 2024. A part with a size is held to that size.
+MAX_PART_SIZE = fetch.MAX_SIZE  # what a body past the cap is said not to be
 
 # Wiki database names (enwiki, zh_yuewiki, be_x_oldwiki): they become folder names.
 _WIKI_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
@@ -158,10 +163,11 @@ def make_session(user_agent: str | None = None, *, local_files: bool = False) ->
     return fetch.make_session(user_agent or default_user_agent(), local_files=local_files)
 
 
-def _get_small(session, url: str, *, retries, timeout, backoff) -> tuple[int, bytes]:
-    """(status, body) of a status or checksum file on the server, read under SMALL_FILE_CAP (`fetch.read_small`)."""
+def _get_small(session, url: str, *, retries, timeout, backoff, **limits) -> tuple[int, bytes]:
+    """(status, body) of a status or checksum file on the server, read under SMALL_FILE_CAP (`fetch.read_small`;
+    `limits`: its connect_timeout and stall_budget)."""
     return fetch.read_small(session, url, cap=SMALL_FILE_CAP, kind=SMALL_FILE_KIND, retries=retries,
-                            timeout=timeout, backoff=backoff)
+                            timeout=timeout, backoff=backoff, **limits)
 
 
 def _read_local_small(path: Path) -> bytes:
@@ -296,9 +302,9 @@ def parse_status(data: bytes | dict, where: str, wiki: str, date: str) -> DumpSt
     return DumpStatus(jobs=jobs, job_names=tuple(sorted(jobs_doc)))
 
 
-def _get_status(session, url: str, wiki: str, date: str, *, retries, timeout, backoff) -> bytes:
+def _get_status(session, url: str, wiki: str, date: str, *, retries, timeout, backoff, **limits) -> bytes:
     """The body of dumpstatus.json at `url`, checked (`parse_status`); PrepError for a missing dump or a bad answer."""
-    status, body = _get_small(session, url, retries=retries, timeout=timeout, backoff=backoff)
+    status, body = _get_small(session, url, retries=retries, timeout=timeout, backoff=backoff, **limits)
     if status == 404:
         raise PrepError(f"no dump for {wiki} {date} at {url}: 404")
     if status != 200:
@@ -308,14 +314,17 @@ def _get_status(session, url: str, wiki: str, date: str, *, retries, timeout, ba
 
 
 def read_dump_status(dump_url: str, wiki: str, date: str, *, user_agent: str | None = None, retries: int = 5,
-                     timeout: float = 60, backoff_base: float = 1.0, max_wait: float = 60.0) -> dict:
+                     timeout: float = fetch.READ_TIMEOUT, backoff_base: float = 1.0, max_wait: float = 60.0,
+                     connect_timeout: float = fetch.CONNECT_TIMEOUT, stall_budget: float = fetch.STALL_BUDGET) -> dict:
     """dumpstatus.json of a dump, fetched and checked but written nowhere, and nothing else fetched (no checksum
-    files): what a plan (`python -m workflows plan`) reads to know the parts, leaving the data folder as it was."""
+    files): what a plan (`python -m workflows plan`) reads to know the parts, leaving the data folder as it was.
+    A server that does not answer fails it within `stall_budget` seconds (`fetch.read_small`)."""
     check_dump_id(wiki, date)
     url = dump_file_url(dump_url, wiki, date, STATUS_FILE)
     with make_session(user_agent, local_files=is_local(dump_url)) as s:
         body = _get_status(s, url, wiki, date, retries=retries, timeout=timeout,
-                           backoff=fetch.Backoff(backoff_base, max_wait))
+                           backoff=fetch.Backoff(backoff_base, max_wait), connect_timeout=connect_timeout,
+                           stall_budget=stall_budget)
     return json.loads(body.decode("utf-8"))
 
 
@@ -327,9 +336,11 @@ def fetch_dump_status(
     *,
     user_agent: str | None = None,
     retries: int = 5,
-    timeout: float = 60,
+    timeout: float = fetch.READ_TIMEOUT,
     backoff_base: float = 1.0,
     max_wait: float = 60.0,
+    connect_timeout: float = fetch.CONNECT_TIMEOUT,
+    stall_budget: float = fetch.STALL_BUDGET,
 ) -> Path:
     """Fetch dumpstatus.json (and the sha1sums/md5sums files when published) into dest_dir; return its path.
 
@@ -337,17 +348,19 @@ def fetch_dump_status(
     committed atomically with a receipt naming its URL. Checksum files the server does not have
     are removed locally, so the folder always mirrors one fetch: these copies are replaced
     (`overwrite`), unlike every other output, since a dump's status changes until it is done.
+    Each file is given up on when the server has not answered it whole within `stall_budget` seconds.
     """
     check_dump_id(wiki, date)
     dest_dir = Path(dest_dir)
     backoff = fetch.Backoff(backoff_base, max_wait)
     url = dump_file_url(dump_url, wiki, date, STATUS_FILE)
+    limits = dict(connect_timeout=connect_timeout, stall_budget=stall_budget)
     with make_session(user_agent, local_files=is_local(dump_url)) as s:
-        body = _get_status(s, url, wiki, date, retries=retries, timeout=timeout, backoff=backoff)
+        body = _get_status(s, url, wiki, date, retries=retries, timeout=timeout, backoff=backoff, **limits)
         sums = {}
         for htype, name in _sums_names(wiki, date).items():
             surl = dump_file_url(dump_url, wiki, date, name)
-            sstatus, sbody = _get_small(s, surl, retries=retries, timeout=timeout, backoff=backoff)
+            sstatus, sbody = _get_small(s, surl, retries=retries, timeout=timeout, backoff=backoff, **limits)
             if sstatus == 404:
                 continue
             if sstatus != 200:
@@ -492,12 +505,17 @@ def fetch_part(
     user_agent: str | None = None,
     retries: int = 5,
     progress: Progress | None = None,
-    timeout: float = 60,
+    timeout: float = fetch.READ_TIMEOUT,
     verify_attempts: int = 3,
     backoff_base: float = 1.0,
     max_wait: float = 60.0,
     chunk_size: int = 1 << 16,  # a dropped connection loses at most one chunk
     progress_bar: bool | None = None,
+    connect_timeout: float = fetch.CONNECT_TIMEOUT,
+    min_rate: int = fetch.MIN_RATE,
+    rate_window: float = fetch.RATE_WINDOW,
+    stall_budget: float = fetch.STALL_BUDGET,
+    max_size: int = MAX_PART_SIZE,
 ) -> dict:
     """Download `part` into dest_dir, verified and committed with a receipt; return the receipt.
 
@@ -507,7 +525,12 @@ def fetch_part(
     verifies, it is renamed to `<name>` and its receipt written. Wrong content discards the
     `.part` and fetches again, at most `verify_attempts` times in all. Transport failures are
     retried with back-off `backoff_base * 2**n` capped at `max_wait` (or the server's
-    Retry-After), at most `retries` in a row without progress. 404 and other 4xx fail at once
+    Retry-After), at most `retries` in a row without progress (a byte past the furthest held, at no less
+    than `min_rate` bytes/s over `rate_window` s); with no progress for `stall_budget` s, or no answer
+    within `connect_timeout` / `timeout` (read) on every try, it is given up. A part without a size in
+    dumpstatus.json is refused past `max_size` bytes (MAX_PART_SIZE). A symbolic link at the part's
+    path, or its `.part`, `.part.json` or `.part.lock`, is refused, never written through.
+    404 and other 4xx fail at once
     with a PrepError naming the file. `progress(bytes_done, bytes_total)` is called as bytes
     arrive; `progress_bar` (default: when stderr is a terminal) shows a tqdm bar.
     """
@@ -521,6 +544,7 @@ def fetch_part(
         hashes={h: getattr(part, h) for h in HASH_TYPES if getattr(part, h)},
         magic=fetch.BZ2 if part.name.endswith(".bz2") else None,
         source=STATUS_FILE,
+        max_size=max_size,
     )
     url = dump_file_url(dump_url, wiki, date, part.name)
     try:
@@ -529,6 +553,8 @@ def fetch_part(
                 session, url, Path(dest_dir) / part.name, expected,
                 retries=retries, timeout=timeout, backoff=fetch.Backoff(backoff_base, max_wait),
                 verify_attempts=verify_attempts, chunk=chunk_size, progress=progress, progress_bar=progress_bar,
+                connect_timeout=connect_timeout, min_rate=min_rate, rate_window=rate_window,
+                stall_budget=stall_budget,
             )
     except fetch.ServerRefused as e:
         if e.status == 404:
