@@ -192,6 +192,27 @@ def _replace_with_dev_zero(rel: str) -> Callable[[Path], None]:
     return setup
 
 
+def _second_part_holds_only(wikitext: str) -> Callable[[Path], None]:
+    """The sample dump's second part holding one article page of `wikitext` (XML-escaped here), its
+    sha1sums and dumpstatus.json made again for it."""
+    def setup(root: Path) -> None:
+        import bz2
+        from xml.sax.saxutils import escape
+
+        from wikiprep.wikipedia.samples import write_dump_status
+        folder = root / "dumps-site" / DEMO_WIKI / DEMO_DATE
+        names = sorted(p.name for p in folder.glob("*.bz2"))
+        head = bz2.decompress((folder / names[1]).read_bytes()).decode("utf-8").split("  <page>", 1)[0]
+        page = (f"  <page>\n    <title>Deep</title>\n    <ns>0</ns>\n    <id>4242</id>\n    <revision>\n"
+                f"      <id>1</id>\n      <text xml:space=\"preserve\">{escape(wikitext)}</text>\n"
+                "    </revision>\n  </page>\n")
+        (folder / names[1]).write_bytes(bz2.compress((head + page + "</mediawiki>\n").encode("utf-8")))
+        status = json.loads((folder / "dumpstatus.json").read_text(encoding="utf-8"))
+        write_dump_status(folder, DEMO_WIKI, DEMO_DATE, "articlesdump", status["jobs"]["articlesdump"]["updated"],
+                          names)
+    return setup
+
+
 def _train_tar_with_a_corrupt_class(root: Path) -> None:
     """ILSVRC2012_img_train.tar's layout (one tar per class inside) from imagenet/train, the first class's
     tar with a corrupt header."""
@@ -633,6 +654,12 @@ CASES: list[Bad] = [
         setup=_write(f"data/{DEMO_WIKI}-{DEMO_DATE}/extracted/{FIRST_PART}.jsonl", OTHER_EXTRACT),
         may_add=("data/downloads/*", f"data/*/extracted/{SECOND_PART}.jsonl",
                  f"data/*/extracted/.receipts/{SECOND_PART}*")),
+    # --- luigi: a page WikiExtractor raises on is skipped as unextractable (#27); a part of only such pages
+    # yields no article, and says why (it used to stop the dump with the page's RecursionError)
+    Bad("luigi-part-of-only-an-unextractable-page", PRETRAIN,
+        "yields no articles (1 pages; dropped: unextractable 1)",
+        setup=_second_part_holds_only("{{#if:x|" * 1500 + "deep" + "}}" * 1500),
+        may_add=("data/downloads/*", "data/*/extracted/*", "data/*/extracted/.receipts/*")),
 
     # --- luigi: --wiki and --dump-date are folder names, refused unless plain, before anything is written
     Bad("wiki-escapes-data-dir", DUMP_PRETRAIN + ("--wiki", "../../escape", "--dump-date", "{date}"), "--wiki '../../escape'"),

@@ -402,6 +402,83 @@ def test_a_skipped_page_is_in_the_datasets_stats(tmp_path):
     assert "is larger than 4194304 characters: skipped (too_large)" in r.stderr
 
 
+# Nested parser functions deeper than Python's recursion limit: WikiExtractor raises RecursionError on them.
+NESTED_IF = "{{#if:x|" * 1500 + "deep" + "}}" * 1500
+# Character references to surrogates, in hex and decimal: WikiExtractor made each a lone surrogate str.
+SURROGATES = "'''Lone''' is a page with a reference to &#xD800; and to &#56320; in its text, and more words."
+
+
+def test_a_surrogate_reference_is_kept_as_written(sample, tmp_path):
+    """The page is an article whose text shows the references as written (MediaWiki shows them so); clean.py
+    then makes each U+FFFD. It used to crash the part with UnicodeEncodeError."""
+    from wikiprep.wikipedia.clean import clean_text
+
+    parts, outs, stats = sample
+    part = tmp_path / parts[0].name
+    part.write_bytes(_with_page(parts[0], _giant_page(SURROGATES.replace("&", "&amp;"), title="Lone"), where=2))
+    st = extract_part(part, tmp_path / "out.jsonl", DATE)
+    assert st["dropped"] == stats[0]["dropped"] and st["articles"] == stats[0]["articles"] + 1
+    (lone,) = [r for r in records(tmp_path / "out.jsonl") if r["title"] == "Lone"]
+    assert "reference to &#xD800; and to &#56320; in its text" in lone["text"]
+    assert "reference to \ufffd and to \ufffd in its text" in "\n".join(clean_text(lone["text"]))
+    others = [line for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines(True)
+              if json.loads(line)["title"] != "Lone"]
+    assert "".join(others) == outs[0].read_text(encoding="utf-8")  # every other page as before
+
+
+def test_a_page_wikiextractor_raises_on_is_skipped_and_counted(sample, tmp_path, caplog):
+    parts, outs, stats = sample
+    part = tmp_path / parts[0].name
+    part.write_bytes(_with_page(parts[0], _giant_page(NESTED_IF, title="Deep\u202e", page_id=4242), where=2))
+    with caplog.at_level("WARNING", logger="wikiprep.wikipedia.extract"):
+        st = extract_part(part, tmp_path / "out.jsonl", DATE)
+    assert (tmp_path / "out.jsonl").read_bytes() == outs[0].read_bytes()  # every other page as before
+    assert st["dropped"] == {**stats[0]["dropped"], "unextractable": 1}
+    assert st["pages"] == stats[0]["pages"] + 1 and st["articles"] == stats[0]["articles"]
+    assert "unextractable" not in stats[0]["dropped"]  # only when it happened: normal stats are unchanged
+    (line,) = [r.getMessage() for r in caplog.records if "unextractable" in r.getMessage()]
+    assert line.startswith(f"dump part {part.name}: page 4242 'Deep") and "RecursionError" in line
+    assert "\u202e" not in line and len(line) < 300
+
+
+def test_stock_wikiextractor_on_a_surrogate_reference_skips_the_page(sample, tmp_path, monkeypatch):
+    """Where WikiExtractor's own clean runs (another wikiextractor version), its lone surrogate cannot be
+    written: that page is skipped as unextractable before any of it is written, the rest are kept."""
+    from wikiprep.wikipedia import extract
+
+    parts, outs, stats = sample
+    monkeypatch.setattr(extract.Extractor, "FAST", False)
+    part = tmp_path / parts[0].name
+    part.write_bytes(_with_page(parts[0], _giant_page(SURROGATES.replace("&", "&amp;"), title="Lone"), where=2))
+    st = extract_part(part, tmp_path / "out.jsonl", DATE)
+    assert st["dropped"] == {**stats[0]["dropped"], "unextractable": 1}
+    assert (tmp_path / "out.jsonl").read_bytes() == outs[0].read_bytes()
+
+
+def test_an_unextractable_page_is_in_the_datasets_stats(tmp_path):
+    """Through the luigi command line: a dump with a page WikiExtractor raises on, and one with surrogate
+    references, builds its dataset; stats.json's dropped_documents counts the first as unextractable."""
+    folder = write_sample_dump(tmp_path / "site", date=DATE)
+    names = sorted(p.name for p in folder.glob("*.bz2"))
+    lone = _giant_page(SURROGATES.replace("&", "&amp;"), title="Lone")
+    (folder / names[0]).write_bytes(_with_page(folder / names[0], lone, where=2))
+    (folder / names[1]).write_bytes(_with_page(folder / names[1], _giant_page(NESTED_IF, title="Deep"), where=3))
+    write_dump_status(folder, "enwiki", DATE, "articlesdump", "2026-01-02 07:41:12", names)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "in", "."]) + "\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), LUIGI_CONFIG_PATH=str(REPO / "luigi.cfg"))
+    r = subprocess.run([sys.executable, "-m", "luigi", "--module", "workflows", "Pretrain128", "--data-dir",
+                        str(tmp_path / "data"), "--dump-url", folder.parents[1].as_uri(), "--dump-date", DATE,
+                        "--num-shards", "2", "--vocab-file", str(vocab), "--local-scheduler", "--workers", "2"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    stats = json.loads((tmp_path / "data" / f"enwiki-{DATE}" / "seq128_mask20_dup5" / "stats.json").read_text())
+    assert stats["dropped_documents"]["unextractable"] == 1
+    assert stats["dropped_documents"]["redirect"] == 5  # the sample's own drops, counted as before
+    assert "page 999999 'Deep' cannot be extracted (RecursionError: 'maximum recursion depth" in r.stderr
+    assert "skipped (unextractable)" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_what_is_not_a_page_is_bounded_too(sample, tmp_path, out_dir):
     """24 MB of text directly inside <mediawiki>, and 50,000 elements that are not pages, cost no memory
     and change no output; a <siteinfo> over the limit fails the part."""

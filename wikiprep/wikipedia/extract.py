@@ -52,6 +52,16 @@ Choices, and why:
   a single XML token (a tag, an attribute, a comment) longer than `MAX_PAGE_CHARS` bytes,
   which the parser would have to hold whole: no page content comes as one. "too_large"
   appears in the stats only when a page was skipped, so a normal dump's stats are unchanged.
+- A page on which WikiExtractor raises (a RecursionError on deeply nested parser functions, or
+  anything else its code can raise on one page's wikitext), or whose record cannot be written
+  as UTF-8, is skipped the same way: counted under "unextractable", a reason present only
+  when it happened, and logged with the exception; the run goes on. A failure of the part
+  (I/O, damaged bz2 or XML) still fails the part. One page never stops a dump.
+- A character reference to a surrogate (`&#xD800;` to `&#xDFFF;`, or in decimal) is left as
+  written: WikiExtractor's `unescape` turned it into a lone surrogate that no UTF-8 file can
+  hold, and MediaWiki itself does not decode it either (it shows the reference as text, as
+  WikiExtractor already does for other invalid code points such as `&#x110000;`). `clean.py`'s
+  HTML unescaping then makes it U+FFFD, as HTML does; the rest of the page is kept.
 - `html_safe=False`: the output is JSON, not HTML, so WikiExtractor's final
   `html.escape` would only add `&amp;`/`&lt;` for `clean.py` to undo.
 - Python 3.11: wikiextractor 3.1.0 no longer has the inline-flag regexes that raised
@@ -91,6 +101,8 @@ MAX_PAGE_CHARS = 4 << 20
 DROP_REASONS = ("redirect", "other_namespace", "disambiguation", "empty", "too_short")
 # Pages over MAX_PAGE_CHARS: a reason of its own, in the stats only when it happened.
 TOO_LARGE = "too_large"
+# Pages on which WikiExtractor raises, or whose record cannot be written: also only when it happened.
+UNEXTRACTABLE = "unextractable"
 
 # Disambiguation pages carry one of these templates (or a "(disambiguation)" title).
 # Matched on the raw wikitext, because the extracted text no longer shows the template.
@@ -586,8 +598,30 @@ def _tags_in(text: str) -> set[str]:
     return {_GROUP_NAME[m.lastgroup] for m in TAG_NAMES_RE.finditer(text)}
 
 
+_REFERENCE_RE = re.compile(r"&#?(\w+);")  # wx.unescape's pattern
+
+
+def _reference(m: re.Match) -> str:
+    """wx.unescape's `fixup`, except that a reference to a surrogate stays as written (see the top)."""
+    text = m.group(0)
+    code = m.group(1)
+    try:
+        if text[1] == "#":  # character reference
+            point = int(code[1:], 16) if text[2] == "x" else int(code)
+        else:  # named entity
+            point = wx.name2codepoint[code]
+        return text if 0xD800 <= point <= 0xDFFF else chr(point)
+    except Exception:
+        return text  # leave as is
+
+
+def unescape(text: str) -> str:
+    """wikiextractor.extract.unescape, without ever making a lone surrogate."""
+    return _REFERENCE_RE.sub(_reference, text)
+
+
 def _unescape(text: str) -> str:
-    return wx.unescape(text) if "&" in text else text
+    return unescape(text) if "&" in text else text
 
 
 def _stock_clean_is_ours() -> bool:
@@ -742,12 +776,13 @@ def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: 
     """Extract the articles of one bz2 dump part into JSON lines at `out_path` (atomic).
 
     Returns counts: pages seen, articles written, pages dropped by reason, and the bytes of
-    XML read. A page over `max_page_chars` is skipped and counted as dropped "too_large"
-    (a reason present only when it happened). Raises PrepError for a damaged part, a part
-    that is not a MediaWiki export, and a part from which no article survives. With
-    `byte_range` (from `slice_range`) only that slice is extracted, and a slice without
-    articles is not an error: the part's verdict comes from all of its slices together
-    (`check_parts`). `progress(done, total)` counts the bytes of bz2 consumed, of the part or range.
+    XML read. A page over `max_page_chars` is skipped and counted as dropped "too_large", a
+    page WikiExtractor raises on as "unextractable" (reasons present only when it happened).
+    Raises PrepError for a damaged part, a part that is not a MediaWiki export, and a part
+    from which no article survives. With `byte_range` (from `slice_range`) only that slice
+    is extracted, and a slice without articles is not an error: the part's verdict comes from
+    all of its slices together (`check_parts`). `progress(done, total)` counts the bytes of
+    bz2 consumed, of the part or range.
     """
     part_path, out_path = Path(part_path), Path(out_path)
     stage = Stage(log, f"extract {part_path.name}" + (f" bytes {byte_range[0]}-{byte_range[1]}" if byte_range else ""))
@@ -767,23 +802,22 @@ def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: 
                 dropped[TOO_LARGE] = dropped.get(TOO_LARGE, 0) + 1
                 continue
             reason = drop_reason(page)
-            if reason is None:
-                try:
-                    paragraphs = extract_page(page, reader.siteinfo, pinned)
-                except RecursionError:
-                    raise PrepError(f"dump part {part_path.name}: WikiExtractor recursed too deep "
-                                    f"on page {page.id} {excerpt(page.title)}") from None
-                body = sum(len(p) for p in paragraphs if not p.startswith("## ") and p.strip())
-                if body == 0:
-                    reason = "empty"
-                elif body < min_chars:
-                    reason = "too_short"
             if reason is not None:
                 dropped[reason] += 1
                 continue
-            record = {"id": page.id, "title": page.title,
-                      "url": wx.get_url(reader.siteinfo.urlbase, page.id), "text": "\n".join(paragraphs)}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            try:
+                reason, line = _article_line(page, reader.siteinfo, pinned, min_chars)
+            except MemoryError:
+                raise
+            except Exception as e:  # WikiExtractor on this page's wikitext: this page only
+                log.warning("dump part %s: page %s %s cannot be extracted (%s: %s): skipped (%s)", part_path.name,
+                            page.id, excerpt(page.title), type(e).__name__, excerpt(str(e)), UNEXTRACTABLE)
+                dropped[UNEXTRACTABLE] = dropped.get(UNEXTRACTABLE, 0) + 1
+                continue
+            if reason is not None:
+                dropped[reason] += 1
+                continue
+            out.write(line)
             articles += 1
         stats = {"part": part_path.name, "pages": pages, "articles": articles, "dropped": dropped,
                  "xml_bytes": reader.xml_bytes}
@@ -793,6 +827,24 @@ def extract_part(part_path: Path, out_path: Path, dump_date: str, *, min_chars: 
         progress(reader.compressed_total or 0, reader.compressed_total or 0)
     stage.finish(pages, "pages", reader.compressed_total)
     return stats
+
+
+def _article_line(page: Page, siteinfo: SiteInfo, pinned: dict[str, str], min_chars: int
+                  ) -> tuple[str | None, str | None]:
+    """(None, the article's JSON line) or (why the page is dropped: "empty", "too_short", None).
+    Raises whatever WikiExtractor raises on the page, and UnicodeEncodeError for text that UTF-8
+    cannot hold (a lone surrogate), before anything of the page is written."""
+    paragraphs = extract_page(page, siteinfo, pinned)
+    body = sum(len(p) for p in paragraphs if not p.startswith("## ") and p.strip())
+    if body == 0:
+        return "empty", None
+    if body < min_chars:
+        return "too_short", None
+    record = {"id": page.id, "title": page.title, "url": wx.get_url(siteinfo.urlbase, page.id),
+              "text": "\n".join(paragraphs)}
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    line.encode("utf-8")  # raises here, not half-way through writing the line
+    return None, line
 
 
 def _check_articles(stats: dict) -> None:
