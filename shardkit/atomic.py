@@ -1,6 +1,6 @@
 """Atomic, no-clobber commits of output files and folders, and their receipts.
 
-Every output is written to a temporary in its final folder (`NAME.tmp-HOST-PID`), flushed and
+Every output is written to a temporary in its final folder (`NAME.tmp-HOST-PID.START`), flushed and
 fsynced, then renamed into place by `commit`, which never replaces what is there: when the path
 already exists (a duplicate run racing this one, such as two `--local-scheduler` runs or two Slurm
 elements doing the same task, or a run killed between its commit and its receipt), an identical
@@ -16,16 +16,21 @@ create-pretraining-data --output_file` like google-research/bert's script, `imag
 like build_imagenet_data.py, the `stats` reports), and files that mirror something that changes (a
 dump's status), pass it; everything a Luigi task writes is no-clobber.
 
-Temporaries carry the host and pid of their writer, so two writers never share one, and so that
-the next write of the same path (and a task, when it starts: `remove_stale_temps`) can tell a dead
-writer's temporary (this host, no such process: SIGKILL, an OOM kill) from a live one and remove
-it. A live writer's (maybe a racing duplicate) is never removed, and neither is another host's:
-nothing here can tell whether that host's writer still runs. Such a leftover (a node lost mid-write)
+Temporaries carry the host, pid and start time of their writer, so two writers never share one, and
+so that the next write of the same path (and a task, when it starts: `remove_stale_temps`) can tell a
+dead writer's temporary (this host, and no such process, or a zombie not yet reaped, or another process
+that got its pid: SIGKILL, an OOM kill) from a live one and remove it (`_writer_state`). A live
+writer's (maybe a racing duplicate) is never removed, and neither is another host's: nothing here can
+tell whether that host's writer still runs. Such a leftover (a node lost mid-write)
 stays until the step that closes its folder, once every output there is committed, removes it
 (`remove_leftover_temps`, called by a dataset's finalize); elsewhere `verify` names it.
 
 A write that fails (a full disk, a folder where the file should be) removes its temporary
 and raises a PrepError naming the file it was writing, never the temporary.
+
+Nothing is written through a symbolic link, nor a link replaced: a temporary is created with
+O_CREAT|O_EXCL|O_NOFOLLOW (a link planted at its name is refused, never followed), and an output,
+or a receipt, whose path is a link is a PrepError naming it (`_refuse_link`), `overwrite` or not.
 """
 
 from __future__ import annotations
@@ -49,33 +54,90 @@ RECEIPTS_DIR = ".receipts"  # receipts live apart, so globs such as `train*` or 
 TMP_MARK = _TMP_MARK = ".tmp-"  # in every temporary's name, and in no committed file's
 
 
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time) of process `pid` from /proc/<pid>/stat: its third field (`Z` a zombie, `X` dead) and
+    its 22nd (`starttime`, clock ticks since boot). None where there is no /proc (not Linux), or where it hides
+    that process (`hidepid`), or when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rpartition(b")")[2].split()  # after the command's name, which may hold spaces and ')'
+    try:
+        return fields[0].decode("ascii", "replace"), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+_own_start: tuple[int, int | None] | None = None  # (pid, start time) of this process; a forked child has its own
+
+
+def _start_time() -> int | None:
+    """This process's start time (`_proc_stat`), or None where /proc does not give it."""
+    global _own_start
+    pid = os.getpid()
+    if _own_start is None or _own_start[0] != pid:
+        stat = _proc_stat(pid)
+        _own_start = (pid, stat[1] if stat is not None else None)
+    return _own_start[1]
+
+
+# The one place that knows the name of a temporary, after its `.tmp-`: `HOST-PID.START[.PURPOSE]`, START the
+# writer's start time (`_proc_stat`), so that a pid used again by another process is not taken for the writer.
+# Names without START (`HOST-PID[.PURPOSE]`, written before it was added, or where there is no /proc) are read too.
+_WRITER = re.compile(r"(?P<host>.+)-(?P<pid>\d+)(?:\.(?P<start>\d+))?(?:\.(?P<purpose>[A-Za-z_][\w-]*))?")
+
+
 def temp_path(path: Path, purpose: str = "") -> Path:
-    """`NAME.tmp-HOST-PID` (`NAME.tmp-HOST-PID.PURPOSE` for a scratch file beside an output, such as a
-    spill): this process's temporary of `path`, which the next write of `path` removes if we die."""
+    """`NAME.tmp-HOST-PID.START` (`NAME.tmp-HOST-PID.START.PURPOSE` for a scratch file beside an output, such
+    as a spill): this process's temporary of `path`, which the next write of `path` removes if we die.
+    START is this process's start time, where /proc gives it (see `_writer_state`)."""
+    if purpose and not re.fullmatch(r"[A-Za-z_][\w-]*", purpose):
+        raise ValueError(f"a temporary's purpose is a word starting with a letter, not {purpose!r}")
+    start = _start_time()
     return path.with_name(f"{path.name}{_TMP_MARK}{socket.gethostname()}-{os.getpid()}"
-                          + (f".{purpose}" if purpose else ""))
+                          + (f".{start}" if start is not None else "") + (f".{purpose}" if purpose else ""))
 
 
-_WRITER = re.compile(r"(?P<host>.+)-(?P<pid>\d+)(?:\.[\w-]+)?")
+def _temp_writer(tmp: Path) -> tuple[str, int, int | None] | None:
+    """(host, pid, start time or None) of the writer named in temporary `tmp`'s name; None when it names none."""
+    writer = _WRITER.fullmatch(tmp.name.rpartition(_TMP_MARK)[2])
+    if writer is None:
+        return None
+    return writer["host"], int(writer["pid"]), int(writer["start"]) if writer["start"] is not None else None
+
+
 _DEAD, _ALIVE, _UNKNOWN = "dead", "alive", "unknown"
 
 
 def _writer_state(tmp: Path) -> str:
-    """Whether the writer of temporary `tmp` is dead (a process of this host that no longer runs),
-    alive (a running process of this host, this one included) or unknown (another host's, or a name
-    that names no writer): only a dead writer's temporary is certainly ours to remove."""
-    writer = _WRITER.fullmatch(tmp.name.rpartition(_TMP_MARK)[2])
-    if writer is None or writer["host"] != socket.gethostname():
+    """Whether the writer of temporary `tmp` is dead, alive or unknown: only a dead writer's temporary is
+    certainly ours to remove.
+
+    Unknown: another host's, or a name that names no writer. Dead: a process of this host that no longer
+    runs, or is a zombie (killed, not yet reaped by its parent), or whose pid another process now has (its
+    start time is not the one in the name). Alive: a running process of this host with that pid (and start
+    time, when the name has one), this one included. A name without a start time is judged by the pid alone.
+    """
+    writer = _temp_writer(tmp)
+    if writer is None or writer[0] != socket.gethostname():
         return _UNKNOWN
-    pid = int(writer["pid"])
+    _, pid, start = writer
     if pid == os.getpid():
+        return _ALIVE if start is None or start == _start_time() else _DEAD
+    stat = _proc_stat(pid)
+    if stat is None:  # no /proc, a process it hides from us, or one gone since: the kernel says whether it runs
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return _DEAD
+        except PermissionError:  # alive, another user's
+            return _ALIVE
         return _ALIVE
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    state, started = stat
+    if state in ("Z", "X") or (start is not None and start != started):
         return _DEAD
-    except PermissionError:  # alive, another user's
-        return _ALIVE
     return _ALIVE
 
 
@@ -325,13 +387,19 @@ def _clash(path: Path, what: str) -> PrepError:
 def _commit(tmp: Path, path: Path, overwrite: bool) -> None:
     """`commit` without the fsync of the folder (for callers that commit several files of one folder)."""
     if overwrite:
-        if tmp.is_dir() and path.is_dir() and not path.is_symlink():
+        try:
+            _refuse_link(path)
+        except PrepError:
+            _remove(tmp)
+            raise
+        if tmp.is_dir() and path.is_dir():
             shutil.rmtree(path)  # rename replaces only an empty folder
         os.replace(tmp, path)
         return
     if _rename_noreplace(tmp, path):
         return
     try:
+        _refuse_link(path)
         what = _difference(path, tmp)
     finally:
         _remove(tmp)
@@ -356,8 +424,39 @@ def commit(tmp: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool =
 # ---------------------------------------------------------------------------------------------
 # Writing
 
+def _refuse_link(path: Path) -> None:
+    """A PrepError when `path` itself is a symbolic link: an output is never written through one, nor one replaced."""
+    if path.is_symlink():
+        raise PrepError(f"{path}: is a symbolic link (to {os.readlink(path)}); not written through nor replaced: "
+                        f"remove it to write it again")
+
+
+def _refuse_temp_link(path: Path, tmp: Path) -> None:
+    """A PrepError when the temporary's name `tmp` is a symbolic link: someone else's, never followed nor removed."""
+    if tmp.is_symlink():
+        raise PrepError(f"{path}: cannot write: its temporary {tmp.name} is a symbolic link (to {os.readlink(tmp)}), "
+                        f"not written through: remove it")
+
+
+def _create_new(p: str | bytes, flags: int) -> int:
+    """open()'s opener for a temporary: a new file, never an existing one, never through a link."""
+    return os.open(p, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+
+
+def _open_new(path: Path, tmp: Path, mode: str, encoding: str | None) -> IO:
+    """`tmp` created and opened; what is at its name is removed first, unless it is a link (a PrepError)."""
+    for _ in range(2):
+        try:
+            return open(tmp, mode, encoding=encoding, opener=_create_new)
+        except FileExistsError:
+            _refuse_temp_link(path, tmp)
+            _remove(tmp)  # this process's own name: a temporary of an earlier write of this path left behind
+    raise PrepError(f"{path}: cannot write: its temporary {tmp.name} is made again as it is removed")
+
+
 def _open_temp(path: Path, mode: str = "wb", encoding: str | None = None) -> tuple[Path, IO]:
     """The temporary of `path`, opened: its folder made, dead writers' temporaries of it removed."""
+    _refuse_link(path)
     if path.is_dir():
         raise PrepError(f"{path}: is a folder; cannot write a file there")
     make_parent_folder(path)
@@ -366,12 +465,13 @@ def _open_temp(path: Path, mode: str = "wb", encoding: str | None = None) -> tup
     if "b" not in mode and encoding is None:
         encoding = "utf-8"
     try:
-        return tmp, open(tmp, mode, encoding=encoding)
+        return tmp, _open_new(path, tmp, mode, encoding)
     except BaseException as e:
         # open() may fail after creating the file: SIGTERM (an exception, `shardkit.signals`) can land
         # while it sets up the text layer, which runs Python code.
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        if not isinstance(e, PrepError):  # a link at the temporary's name is left as it is
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
         if isinstance(e, OSError):
             raise write_error(path, e) from e
         raise
@@ -444,11 +544,13 @@ def atomic_dir(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[
     different one refused. With it, an existing folder is removed first (not atomically).
     """
     path = Path(path)
+    _refuse_link(path)
     if path.exists() and not path.is_dir():
         raise PrepError(f"{path}: is a file; a folder is written there")
     make_parent_folder(path)
     remove_stale_temps(path)
     tmp = temp_path(path)
+    _refuse_temp_link(path, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
@@ -460,7 +562,9 @@ def atomic_dir(path: str | os.PathLike, *, overwrite: bool = False) -> Iterator[
     try:
         yield tmp
         for p in sorted(tmp.rglob("*"), reverse=True):  # files before the folders holding them
-            fd = os.open(p, os.O_RDONLY)
+            if p.is_symlink():  # its name is fsynced with its folder; what it points to is not ours
+                continue
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
             try:
                 os.fsync(fd)
             finally:
@@ -500,6 +604,7 @@ def atomic_write_together(paths: list[str | os.PathLike], *, overwrite: bool = F
             f.close()
         pending = []
         for (tmp, _), path in zip(opened, paths):
+            _refuse_link(path)
             if not overwrite and os.path.lexists(path):
                 what = _difference(path, tmp)
                 if what is not None:
@@ -538,11 +643,17 @@ def _commit_receipt(tmp: Path, rp: Path, receipt: dict, overwrite: bool) -> None
     output now there is stale (that output was removed and made again) and is replaced; one that
     describes the same bytes but says something else is refused, naming the first difference."""
     if overwrite:
+        try:
+            _refuse_link(rp)
+        except PrepError:
+            _remove(tmp)
+            raise
         os.replace(tmp, rp)
         return
     if _rename_noreplace(tmp, rp):
         return
     try:
+        _refuse_link(rp)
         try:
             held = json.loads(rp.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError):

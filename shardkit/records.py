@@ -65,8 +65,11 @@ class RecordWriter:
     """Write framed records to `path` and their index to `index_path`, committed together atomically.
 
     Use as a context manager: neither file appears unless the block finishes without error, and
-    the record file never without its index (both temporaries are opened on entry, so an index
-    that cannot be written fails before any record is; the index is renamed into place first).
+    the index never without its record file (both temporaries are opened on entry, so an index
+    that cannot be written fails before any record is; the record file is renamed into place
+    first, the index last: a kill between the two renames leaves a record file without its index
+    and without its receipt, which a task takes as not done; its rerun finds the record file
+    identical and commits the index).
     `record_writers` commits several record files together. Without `overwrite`, existing files
     are never replaced (`shardkit.atomic.commit`: identical accepted, different refused).
 
@@ -93,9 +96,9 @@ class RecordWriter:
         self._index_size = 0
 
     def __enter__(self) -> "RecordWriter":
-        self._ctx = atomic_write_together(([self.index_path] if self.index_path is not None else []) + [self.path],
+        self._ctx = atomic_write_together([self.path] + ([self.index_path] if self.index_path is not None else []),
                                           overwrite=self.overwrite)
-        *index, self._f = self._ctx.__enter__()
+        self._f, *index = self._ctx.__enter__()
         self._index = index[0] if index else None
         return self
 
@@ -174,16 +177,17 @@ def record_writers(paths: Sequence[str | Path], index_paths: Sequence[str | Path
     """A RecordWriter per path (`index_paths[i]` its index, or None), all committed together.
 
     No record or index file appears unless the block finishes without error; every temporary is
-    opened on entry, and every index is renamed into place before the first record file.
+    opened on entry, and every record file is renamed into place before the first index (an index
+    is never there without its records; see `RecordWriter`).
     """
     writers = [RecordWriter(p, i) for p, i in zip(paths, index_paths, strict=True)]
     indexed = [w for w in writers if w.index_path is not None]
-    with atomic_write_together([w.index_path for w in indexed] + [w.path for w in writers],
+    with atomic_write_together([w.path for w in writers] + [w.index_path for w in indexed],
                                overwrite=overwrite) as files:
-        for w, f in zip(indexed, files):
-            w._index = f
-        for w, f in zip(writers, files[len(indexed):]):
+        for w, f in zip(writers, files):
             w._f = f
+        for w, f in zip(indexed, files[len(writers):]):
+            w._index = f
         yield writers
 
 

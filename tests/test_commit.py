@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from shardkit import atomic
+from shardkit import atomic, records
 from shardkit.errors import PrepError
 
 FILE_METHODS = {"renameat2": atomic._renameat2_noreplace, "link": atomic._link_noreplace,
@@ -256,3 +256,81 @@ def test_a_task_removes_only_dead_writers_temporaries(tmp_path):
         live.wait()
     atomic.remove_all_stale_temps(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [other_host.name]
+
+
+def _victim(tmp_path: Path) -> Path:
+    """A file outside the output folder that a planted link points to: it must never change."""
+    victim = tmp_path / "elsewhere" / "precious"
+    victim.parent.mkdir()
+    victim.write_bytes(b"out.bin's bytes")
+    return victim
+
+
+def _unchanged(victim: Path, before: tuple) -> None:
+    assert _state(victim) == before and victim.read_bytes() == b"out.bin's bytes"
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_link_at_a_temporarys_name_is_never_written_through(tmp_path, overwrite):
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = _victim(tmp_path)
+    before = _state(victim)
+    path = out / "out.bin"
+    atomic.temp_path(path).symlink_to(victim)  # this process's temporary of out.bin, planted
+    with pytest.raises(PrepError, match=r"^[^\n]*: cannot write: its temporary out\.bin\.tmp-[^ ]+ is a symbolic "
+                                        r"link \(to [^\n]*precious\), not written through: remove it$") as e:
+        atomic.write_bytes(path, b"out.bin's bytes", overwrite=overwrite)
+    assert str(e.value).startswith(f"{path}: ")
+    _unchanged(victim, before)
+    assert not path.exists() and atomic.temp_path(path).is_symlink()
+    folder = out / "folder"
+    atomic.temp_path(folder).symlink_to(victim.parent)
+    with pytest.raises(PrepError, match="is a symbolic link"):
+        with atomic.atomic_dir(folder, overwrite=overwrite) as tmp:
+            (tmp / "x").write_bytes(b"x")
+    assert [p.name for p in victim.parent.iterdir()] == ["precious"] and not folder.exists()
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_link_at_an_output_is_refused_neither_written_through_nor_replaced(tmp_path, overwrite):
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = _victim(tmp_path)
+    before = _state(victim)
+    path = out / "out.bin"
+    path.symlink_to(victim)  # the same bytes as this run's: still not taken as the output
+    with pytest.raises(PrepError) as e:
+        atomic.write_bytes(path, b"out.bin's bytes", overwrite=overwrite)
+    assert str(e.value) == (f"{path}: is a symbolic link (to {victim}); not written through nor replaced: remove it "
+                            f"to write it again")
+    with pytest.raises(PrepError, match="is a symbolic link"):  # the index of a record file, committed last
+        with records.RecordWriter(out / "r.tfrecord", path, overwrite=overwrite) as w:
+            w.write(b"r")
+    (out / "d").symlink_to(victim.parent, target_is_directory=True)
+    with pytest.raises(PrepError, match="is a symbolic link"):
+        with atomic.atomic_dir(out / "d", overwrite=overwrite) as tmp:
+            (tmp / "precious").write_bytes(b"x")
+    _unchanged(victim, before)
+    assert path.is_symlink() and not (out / "r.tfrecord").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["d", "out.bin"]
+
+
+def test_a_link_planted_at_the_destination_after_the_temporary_opened_is_refused(tmp_path, file_method):
+    """The check that counts is the one at the commit: a link made while the output was being written."""
+    victim = _victim(tmp_path)
+    before = _state(victim)
+    path = tmp_path / "out.bin"
+    with pytest.raises(PrepError, match="is a symbolic link"):
+        with atomic.atomic_write(path) as f:
+            f.write(b"out.bin's bytes")
+            path.symlink_to(victim)
+    _unchanged(victim, before)
+    assert path.is_symlink() and not [p for p in tmp_path.iterdir() if atomic.TMP_MARK in p.name]
+    atomic.write_bytes(tmp_path / "f.bin", b"f")
+    receipt = atomic.receipt_path(tmp_path / "f.bin")
+    receipt.parent.mkdir(exist_ok=True)
+    receipt.symlink_to(victim)
+    with pytest.raises(PrepError, match="is a symbolic link"):
+        atomic.write_receipt(tmp_path / "f.bin")
+    _unchanged(victim, before)

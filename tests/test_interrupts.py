@@ -169,3 +169,112 @@ def test_a_folder_where_the_file_goes_is_named(tmp_path, make, expected):
     with pytest.raises(PrepError, match=expected):
         atomic.write_bytes(path, b"x")
     assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat from its third field (the state) on: [0] the state, [19] the start time."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def _writer_killed_unreaped(path: Path) -> tuple[subprocess.Popen, Path]:
+    """A process that opens its temporary of `path` as a writer does, then SIGKILLs itself; not reaped (a
+    zombie, as a pool's killed worker is until its parent waits for it)."""
+    code = f"""
+import os, signal, sys
+sys.path.insert(0, {str(REPO)!r})
+from pathlib import Path
+from shardkit import atomic
+tmp = atomic.temp_path(Path({str(path)!r}))
+tmp.write_bytes(b"half")
+print(tmp, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    tmp = Path(proc.stdout.readline().strip())
+    deadline = time.monotonic() + 30
+    while _stat_fields(proc.pid)[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return proc, tmp
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="zombies are told by /proc")
+def test_a_killed_writer_not_yet_reaped_is_dead_its_temporary_goes(tmp_path):
+    path = tmp_path / "shard.tfrecord"
+    proc, tmp = _writer_killed_unreaped(path)
+    other, other_tmp = _writer_killed_unreaped(tmp_path / "other.tfrecord")
+    try:
+        assert tmp.exists() and atomic.TMP_MARK in tmp.name
+        atomic.write_bytes(path, b"whole")  # the rerun's write of the same output
+        assert path.read_bytes() == b"whole" and not tmp.exists()
+        assert atomic.remove_leftover_temps(tmp_path) == [other_tmp.name]  # a dataset's finalize
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["shard.tfrecord"]
+    finally:
+        for p in (proc, other):
+            assert p.wait(timeout=30) == -signal.SIGKILL
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="start times are read from /proc")
+def test_a_pid_now_another_processs_is_not_the_writer(tmp_path):
+    """A temporary named with a pid that runs, but started at another time than the name says: its writer
+    died and the pid went to another process (here a sleeping one, and this test's own)."""
+    host = socket.gethostname()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = int(_stat_fields(other.pid)[19])
+        own = int(_stat_fields(os.getpid())[19])
+        path = tmp_path / "shard.tfrecord"
+        reused = tmp_path / f"shard.tfrecord.tmp-{host}-{other.pid}.{started - 1}"
+        reused_spill = tmp_path / f"shard.tfrecord.tmp-{host}-{other.pid}.{started - 1}.spill"
+        reused_own = tmp_path / f"shard.tfrecord.tmp-{host}-{os.getpid()}.{own - 1}"
+        live = tmp_path / f"shard.tfrecord.tmp-{host}-{other.pid}.{started}"  # that process's own: a racer
+        old_name = tmp_path / f"shard.tfrecord.tmp-{host}-{other.pid}"  # no start time: judged by the pid
+        for p in (reused, reused_spill, reused_own, live, old_name):
+            p.write_bytes(b"half")
+        atomic.write_bytes(path, b"whole")
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["shard.tfrecord", live.name, old_name.name])
+        assert atomic.temp_path(path).name == f"shard.tfrecord.tmp-{host}-{os.getpid()}.{own}"
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_kill_between_the_record_files_and_the_index_renames_leaves_no_index_without_records(tmp_path):
+    """SIGKILL right after the first rename of a record file and its index: what is there is the record
+    file alone, without receipt (not done), never an index naming records that are not there; the rerun
+    commits the index beside the same record file and leaves no temporary."""
+    code = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from shardkit import atomic, records
+kill = {kill}
+if kill:
+    commit = atomic._commit
+    def _commit_then_die(tmp, path, overwrite):
+        commit(tmp, path, overwrite)
+        os.kill(os.getpid(), signal.SIGKILL)  # between the renames
+    atomic._commit = _commit_then_die
+with records.RecordWriter({out!r}, {index!r}) as w:
+    for k in range(100):
+        w.write(b"record %d" % k)
+atomic.write_receipt({out!r})
+atomic.write_receipt({index!r})
+"""
+    out, index = tmp_path / "run" / "wiki_00000.tfrecord", tmp_path / "run" / "wiki_00000.index"
+    ref_out, ref_index = tmp_path / "ref" / out.name, tmp_path / "ref" / index.name
+
+    def run(out, index, kill):
+        return subprocess.run([sys.executable, "-c", code.format(repo=str(REPO), out=str(out), index=str(index),
+                                                                 kill=kill)], capture_output=True, text=True,
+                              timeout=60)
+    assert run(ref_out, ref_index, False).returncode == 0
+    killed = run(out, index, True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not index.exists(), "the index was committed without its records"
+    assert out.read_bytes() == ref_out.read_bytes()
+    assert atomic.read_receipt(out) is None and atomic.read_receipt(index) is None
+    rerun = run(out, index, False)
+    assert rerun.returncode == 0, rerun.stderr
+    assert (out.read_bytes(), index.read_bytes()) == (ref_out.read_bytes(), ref_index.read_bytes())
+    assert atomic.read_receipt(out) is not None and atomic.read_receipt(index) is not None
+    assert not [p for p in out.parent.iterdir() if atomic.TMP_MARK in p.name]
