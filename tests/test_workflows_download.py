@@ -14,14 +14,14 @@ REPO = Path(__file__).resolve().parents[1]
 LUIGI = str(Path(sys.executable).with_name("luigi"))
 
 
-def download(srv, data_dir, workers, config=None):
+def download(srv, data_dir, workers, config=None, extra=()):
     env = dict(os.environ, WIKIPREP_CONTACT="tests@example.invalid")
     env.pop("LUIGI_CONFIG_PATH", None)
     if config:
         env["LUIGI_CONFIG_PATH"] = str(config)
     return subprocess.run([LUIGI, "--module", "workflows", "DownloadDump", "--data-dir", str(data_dir),
                            "--dump-url", srv.url, "--wiki", WIKI, "--dump-date", DATE, "--local-scheduler",
-                           "--workers", str(workers)], cwd=REPO, env=env, capture_output=True, text=True,
+                           "--workers", str(workers), *extra], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -103,3 +103,24 @@ def test_unfinished_dump_is_refused_then_taken_once_done(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
     dest = tmp_path / "data" / "downloads" / WIKI / DATE
     assert all((dest / name).read_bytes() == files[name] for name in SPLIT)
+
+
+def test_download_settings_from_the_command_line_and_luigi_cfg_bound_an_unanswering_server(tmp_path):
+    """A dumps server that accepts and never answers, through Luigi's command line: `--download-stall-budget`
+    (or `[download] stall_budget` in luigi.cfg) ends the run in seconds, with one error line, not minutes."""
+    make_dump(tmp_path / "site")
+    with DumpServer(tmp_path / "site") as srv:
+        srv.add_fault(url_path("dumpstatus.json"), "silent", times=None, seconds=60)
+        started = time.monotonic()
+        r = download(srv, tmp_path / "data", 1, extra=["--download-stall-budget", "2", "--download-retries", "1"])
+        assert time.monotonic() - started < 30
+        assert r.returncode != 0
+        errors = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
+        assert errors and all("no answer in 2" in line for line in errors), r.stderr[-2000:]
+
+        config = tmp_path / "luigi.cfg"
+        config.write_text("[download]\nstall_budget = 2\nretries = 1\n")
+        started = time.monotonic()
+        r = download(srv, tmp_path / "data", 1, config=config)
+        assert time.monotonic() - started < 30 and r.returncode != 0
+        assert any(line.startswith("wikiprep: error:") and "no answer in 2" in line for line in r.stderr.splitlines())

@@ -221,7 +221,9 @@ class _FlagNamed:
     def __set_name__(self, owner, name):
         if hasattr(super(), "__set_name__"):
             super().__set_name__(owner, name)
-        self.flag = "--" + name.replace("_", "-")
+        # A luigi.Config's parameters are given as --<section>-<name> (`download.retries`: --download-retries).
+        section = f"{owner.__name__}_" if isinstance(owner, type) and issubclass(owner, luigi.Config) else ""
+        self.flag = "--" + (section + name).replace("_", "-")
         self.prog = getattr(owner, "prog", "wikiprep")
 
     def _error(self, text: str) -> PrepError:

@@ -17,6 +17,7 @@ import luigi
 from luigi.util import inherits, requires
 
 from shardkit.atomic import remove_stale_temps, write_receipt
+from shardkit import fetch
 from shardkit.errors import PrepError
 from wikiprep.wikipedia import dump, extract
 from wikiprep.wikipedia.samples import write_sample_dump  # noqa: F401  the demo's dump, laid out like the dumps site
@@ -28,6 +29,23 @@ from .base import BoolParameter, FloatParameter, IntParameter, ReceiptTarget
 # The dumps' status as a plan (workflows.plan) read it, by (dump_url, wiki, dump_date), when DATA holds no
 # usable copy: a plan writes nothing, so its tasks take their parts from memory. Empty in every run.
 PLANNED_STATUS: dict[tuple[str, str, str], dict] = {}
+
+
+class download(luigi.Config):
+    """How long a dumps server may take, for every download and status read of a run: `[download]` in luigi.cfg,
+    or `--download-retries 3` (...) on the command line. Under the defaults a server that never answers fails
+    the run within about two minutes (`stall_budget`), one that trickles or drops without progress sooner."""
+
+    retries = IntParameter(default=5, min_value=0, description="attempts without progress before giving up")
+    timeout = FloatParameter(default=fetch.READ_TIMEOUT, min_value=0.001, description="seconds a read may wait")
+    connect_timeout = FloatParameter(default=fetch.CONNECT_TIMEOUT, min_value=0.001,
+                                     description="seconds a connection may take")
+    stall_budget = FloatParameter(default=fetch.STALL_BUDGET, min_value=0.001,
+                                  description="seconds without progress after which a download is given up")
+
+    def settings(self) -> dict:
+        return {"retries": self.retries, "timeout": self.timeout, "connect_timeout": self.connect_timeout,
+                "stall_budget": self.stall_budget}
 
 
 class WikiTask(bert.CorpusTask):
@@ -47,7 +65,8 @@ class WikiTask(bert.CorpusTask):
 
     def source(self) -> WikipediaSource:
         return WikipediaSource(self.data_dir, self.dump_url, self.wiki, self.dump_date, self.multistream,
-                               self.extract_slice_mb, PLANNED_STATUS.get((self.dump_url, self.wiki, self.dump_date)))
+                               self.extract_slice_mb, PLANNED_STATUS.get((self.dump_url, self.wiki, self.dump_date)),
+                               download().settings())
 
     @property
     def download_dir(self) -> Path:
@@ -83,7 +102,7 @@ class WikiTask(bert.CorpusTask):
                 pass  # a copy from before the dump was done, say: a run would fetch the status again
         if where is None:
             PLANNED_STATUS[(self.dump_url, self.wiki, self.dump_date)] = dump.read_dump_status(
-                self.dump_url, self.wiki, self.dump_date)
+                self.dump_url, self.wiki, self.dump_date, **download().settings())
             where = f"{dump.dump_file_url(self.dump_url, self.wiki, self.dump_date, dump.STATUS_FILE)}, fetched now " \
                     f"and not saved"
         return f"dump parts: {len(self.parts())}, from {where}"
@@ -113,7 +132,7 @@ class DownloadPart(WikiTask):
         if self.part not in by_name:
             raise PrepError(f"--part {self.part}: not a file of {self.wiki} {self.dump_date}")
         dump.fetch_part(self.dump_url, self.wiki, self.dump_date, by_name[self.part], self.download_dir,
-                        progress=self.progress(f"download {self.part}", "B"))
+                        progress=self.progress(f"download {self.part}", "B"), **download().settings())
 
 
 class DownloadDump(WikiTask):

@@ -472,22 +472,24 @@ def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: 
     return parts
 
 
-def dump_parts(dump_url: str, wiki: str, date: str, download_dir: Path, *, multistream: bool = False) -> list[Part]:
+def dump_parts(dump_url: str, wiki: str, date: str, download_dir: Path, *, multistream: bool = False,
+               **settings) -> list[Part]:
     """The part files of a dated dump, from the local copy of its status in `download_dir`.
 
     The status is fetched when there is no copy yet, so a run reads one pinned copy. When the
     copy gives no parts (it may date from before the dump finished), the status is fetched once
     more and that answer decides. PrepError for a wiki that is not a database name or a date
-    that is not YYYYMMDD (never "latest"), before anything is fetched (`check_dump_id`).
+    that is not YYYYMMDD (never "latest"), before anything is fetched (`check_dump_id`). `settings` are
+    `fetch_dump_status`'s (retries, timeouts, stall budget).
     """
     check_dump_id(wiki, date)
     download_dir = Path(download_dir)
     if not (download_dir / STATUS_FILE).exists():
-        fetch_dump_status(dump_url, wiki, date, download_dir)
+        fetch_dump_status(dump_url, wiki, date, download_dir, **settings)
     try:
         return list_parts(download_dir, wiki, date, multistream=multistream)
     except PrepError:
-        fetch_dump_status(dump_url, wiki, date, download_dir)
+        fetch_dump_status(dump_url, wiki, date, download_dir, **settings)
         return list_parts(download_dir, wiki, date, multistream=multistream)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -61,7 +61,8 @@ class WikipediaSource(Source):
     """The dump `wiki` of `dump_date` at `dump_url`, with its files under `data_dir`.
 
     `status`, when given, is the dump's dumpstatus.json already read (a dry run reads it into memory
-    and writes nothing); otherwise the parts come from the local copy a run fetched (`dump.dump_parts`).
+    and writes nothing); otherwise the parts come from the local copy a run fetched (`dump.dump_parts`,
+    with the `download` settings).
     """
 
     data_dir: str
@@ -71,6 +72,7 @@ class WikipediaSource(Source):
     multistream: bool = False
     extract_slice_mb: float = 100.0
     status: dict | None = None
+    download: dict = field(default_factory=dict)  # dump.fetch_dump_status's settings: retries, timeouts
 
     shard_prefix = "wiki"
     same_bytes = ("extract_slice_mb",)  # slices cut the work; the shards are the same bytes whatever their size
@@ -102,7 +104,7 @@ class WikipediaSource(Source):
             return dump.list_parts(self.status, self.wiki, self.dump_date, multistream=self.multistream,
                                    need_hashes=False)
         return dump.dump_parts(self.dump_url, self.wiki, self.dump_date, self.download_dir,
-                               multistream=self.multistream)
+                               multistream=self.multistream, **self.download)
 
     def pieces(self) -> list[Piece]:
         """Whole parts, or slices of about `extract_slice_mb` MB of bz2 of multistream ones, in dump order."""
