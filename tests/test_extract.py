@@ -381,13 +381,9 @@ def test_a_giant_xml_token_fails_the_part_with_bounded_memory(sample, tmp_path, 
     assert_nothing_written(out_dir)
 
 
-def test_a_skipped_page_is_in_the_datasets_stats(tmp_path):
-    """Through the luigi command line: a dump with an 8 MB page builds its dataset, and stats.json's
-    dropped_documents counts the page as too_large."""
-    folder = write_sample_dump(tmp_path / "site", date=DATE)
-    names = sorted(p.name for p in folder.glob("*.bz2"))
-    (folder / names[1]).write_bytes(_with_page(folder / names[1], _giant_page("w" * 8_000_000), where=3))
-    write_dump_status(folder, "enwiki", DATE, "articlesdump", "2026-01-02 07:41:12", names)
+def _pretrain(folder: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """Pretrain128 of the dump in `folder` through the luigi command line (a tiny vocabulary, 2 shards): the run,
+    which must succeed, and its dataset's stats.json."""
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "in", "."]) + "\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), LUIGI_CONFIG_PATH=str(REPO / "luigi.cfg"))
@@ -396,7 +392,17 @@ def test_a_skipped_page_is_in_the_datasets_stats(tmp_path):
                         "--num-shards", "2", "--vocab-file", str(vocab), "--local-scheduler", "--workers", "2"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    stats = json.loads((tmp_path / "data" / f"enwiki-{DATE}" / "seq128_mask20_dup5" / "stats.json").read_text())
+    return r, json.loads((tmp_path / "data" / f"enwiki-{DATE}" / "seq128_mask20_dup5" / "stats.json").read_text())
+
+
+def test_a_skipped_page_is_in_the_datasets_stats(tmp_path):
+    """Through the luigi command line: a dump with an 8 MB page builds its dataset, and stats.json's
+    dropped_documents counts the page as too_large."""
+    folder = write_sample_dump(tmp_path / "site", date=DATE)
+    names = sorted(p.name for p in folder.glob("*.bz2"))
+    (folder / names[1]).write_bytes(_with_page(folder / names[1], _giant_page("w" * 8_000_000), where=3))
+    write_dump_status(folder, "enwiki", DATE, "articlesdump", "2026-01-02 07:41:12", names)
+    r, stats = _pretrain(folder, tmp_path)
     assert stats["dropped_documents"]["too_large"] == 1
     assert stats["dropped_documents"]["redirect"] == 5  # the sample's own drops, counted as before
     assert "is larger than 4194304 characters: skipped (too_large)" in r.stderr
@@ -464,15 +470,7 @@ def test_an_unextractable_page_is_in_the_datasets_stats(tmp_path):
     (folder / names[0]).write_bytes(_with_page(folder / names[0], lone, where=2))
     (folder / names[1]).write_bytes(_with_page(folder / names[1], _giant_page(NESTED_IF, title="Deep"), where=3))
     write_dump_status(folder, "enwiki", DATE, "articlesdump", "2026-01-02 07:41:12", names)
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "in", "."]) + "\n")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), LUIGI_CONFIG_PATH=str(REPO / "luigi.cfg"))
-    r = subprocess.run([sys.executable, "-m", "luigi", "--module", "workflows", "Pretrain128", "--data-dir",
-                        str(tmp_path / "data"), "--dump-url", folder.parents[1].as_uri(), "--dump-date", DATE,
-                        "--num-shards", "2", "--vocab-file", str(vocab), "--local-scheduler", "--workers", "2"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    stats = json.loads((tmp_path / "data" / f"enwiki-{DATE}" / "seq128_mask20_dup5" / "stats.json").read_text())
+    r, stats = _pretrain(folder, tmp_path)
     assert stats["dropped_documents"]["unextractable"] == 1
     assert stats["dropped_documents"]["redirect"] == 5  # the sample's own drops, counted as before
     assert "page 999999 'Deep' cannot be extracted (RecursionError: 'maximum recursion depth" in r.stderr
