@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import multiprocessing
 import multiprocessing.connection
 import signal
@@ -148,9 +149,14 @@ def forked_each(fn: Callable, items: Iterable, processes: int, *, grace: float =
         child = context.Process(target=_run_child, args=(fn, item, send), daemon=True)
         running[receive] = (child, item)  # before the fork: stopped and reaped whatever happens from here
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        # The child's garbage collector never touches what the parent had: garbage awaiting collection there
+        # (a TensorFlow data iterator, say) has destructors that wait for threads the fork did not copy, and a
+        # child collecting it would wait forever. Frozen objects are the parent's to collect, after the fork.
+        gc.freeze()
         try:
             child.start()
         finally:
+            gc.unfreeze()
             send.close()
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # ours, held meanwhile, lands here
 
