@@ -458,7 +458,7 @@ def test_outputs_and_indexes_are_committed_together_or_not_at_all(fixtures, tmp_
         return write_framed(writer, *args)
 
     monkeypatch.setattr(records.RecordWriter, "write_framed", failing_write)
-    with pytest.raises(PrepError, match="o0.index: cannot write: no space left"):
+    with pytest.raises(PrepError, match="o0.tfrecord: cannot write: no space left"):  # the first file of the run
         write_pretraining_files(good, _vocab(), outs, [str(tmp_path / f"o{i}.index") for i in range(3)],
                                 Opts(dupe_factor=1))
     assert sorted(os.listdir(tmp_path)) == before and (tmp_path / "o1.tfrecord").read_bytes() == b"an older good output"
