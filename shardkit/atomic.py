@@ -152,7 +152,7 @@ def remove_stale_temps(path: str | os.PathLike) -> None:
     path = Path(path)
     for p in path.parent.glob(f"{glob.escape(path.name)}{_TMP_MARK}*"):
         if _writer_state(p) == _DEAD:
-            _remove(p)
+            remove_output(p)
 
 
 def remove_leftover_temps(folder: str | os.PathLike) -> list[str]:
@@ -167,7 +167,7 @@ def remove_leftover_temps(folder: str | os.PathLike) -> list[str]:
     removed = []
     for p in sorted(Path(folder).glob(f"*{_TMP_MARK}*")):
         if _writer_state(p) != _ALIVE:
-            _remove(p)
+            remove_output(p)
             removed.append(p.name)
     return removed
 
@@ -180,7 +180,7 @@ def remove_all_stale_temps(folder: str | os.PathLike) -> None:
     """
     for p in Path(folder).glob(f"*{_TMP_MARK}*"):
         if _writer_state(p) == _DEAD:
-            _remove(p)
+            remove_output(p)
 
 
 _REASONS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
@@ -262,7 +262,9 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def _remove(p: Path) -> None:
+def remove_output(p: Path) -> None:
+    """Remove a file, or a folder with what it holds; a symbolic link is removed, never followed. Nothing there is
+    no error."""
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
     else:
@@ -390,7 +392,7 @@ def _commit(tmp: Path, path: Path, overwrite: bool) -> None:
         try:
             _refuse_link(path)
         except PrepError:
-            _remove(tmp)
+            remove_output(tmp)
             raise
         if tmp.is_dir() and path.is_dir():
             shutil.rmtree(path)  # rename replaces only an empty folder
@@ -402,7 +404,7 @@ def _commit(tmp: Path, path: Path, overwrite: bool) -> None:
         _refuse_link(path)
         what = _difference(path, tmp)
     finally:
-        _remove(tmp)
+        remove_output(tmp)
     if what is not None:
         raise _clash(path, what)
 
@@ -450,7 +452,7 @@ def _open_new(path: Path, tmp: Path, mode: str, encoding: str | None) -> IO:
             return open(tmp, mode, encoding=encoding, opener=_create_new)
         except FileExistsError:
             _refuse_temp_link(path, tmp)
-            _remove(tmp)  # this process's own name: a temporary of an earlier write of this path left behind
+            remove_output(tmp)  # this process's own name: a temporary of an earlier write of this path left behind
     raise PrepError(f"{path}: cannot write: its temporary {tmp.name} is made again as it is removed")
 
 
@@ -646,7 +648,7 @@ def _commit_receipt(tmp: Path, rp: Path, receipt: dict, overwrite: bool) -> None
         try:
             _refuse_link(rp)
         except PrepError:
-            _remove(tmp)
+            remove_output(tmp)
             raise
         os.replace(tmp, rp)
         return
@@ -667,7 +669,7 @@ def _commit_receipt(tmp: Path, rp: Path, receipt: dict, overwrite: bool) -> None
         raise PrepError(f"{rp}: the receipt of {rp.name[:-5]} there says {key} {_short(held.get(key))}, this run's "
                         f"says {_short(receipt.get(key))}; left as it is: remove it to write it again")
     finally:
-        _remove(tmp)
+        remove_output(tmp)
 
 
 def _short(value) -> str:

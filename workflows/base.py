@@ -16,17 +16,16 @@ closing INFO line: items, bytes, time, rate) go to the console at the run's log 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import shutil
 import sys
 import traceback
 from pathlib import Path
 
 import luigi
 
-from shardkit.atomic import atomic_dir, read_dir_receipt, read_receipt, receipt_path, write_dir_receipt
+from shardkit.atomic import (atomic_dir, read_dir_receipt, read_receipt, receipt_path, remove_output,
+                             write_dir_receipt)
 from shardkit.cli import error_line
 from shardkit.errors import PrepError
 from shardkit.manifest import REPORT_DIR
@@ -306,22 +305,13 @@ class ReceiptTarget(luigi.Target):
     def remove_damaged(self) -> None:
         for path, problem in self.damage():
             logger.warning("%s: %s; removed, to be made again", path, problem)
-            _remove_output(path)
+            remove_output(path)
 
 
 def _size_problem(path: Path, size) -> str:
-    try:
-        return f"{path.stat().st_size} bytes, its receipt says {size}"
-    except FileNotFoundError:
-        return "missing, though its receipt says it was committed"
-
-
-def _remove_output(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+    actual = _file_size(path)
+    return "missing, though its receipt says it was committed" if actual is None else \
+        f"{actual} bytes, its receipt says {size}"
 
 
 class IndexedTarget(ReceiptTarget):

@@ -93,19 +93,16 @@ class WikiTask(bert.CorpusTask):
         fetched) is read as the run reads it; otherwise it alone is fetched into memory (PLANNED_STATUS), and
         the tasks read it from there; the checksum files a run fetches with it are not fetched."""
         local = self.download_dir / dump.STATUS_FILE
-        where = None
         if local.is_file():
             try:
-                dump.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
-                where = f"the copy in {local}"
+                parts = dump.list_parts(self.download_dir, self.wiki, self.dump_date, multistream=self.multistream)
+                return f"dump parts: {len(parts)}, from the copy in {local}"
             except PrepError:
                 pass  # a copy from before the dump was done, say: a run would fetch the status again
-        if where is None:
-            PLANNED_STATUS[(self.dump_url, self.wiki, self.dump_date)] = dump.read_dump_status(
-                self.dump_url, self.wiki, self.dump_date, **download().settings())
-            where = f"{dump.dump_file_url(self.dump_url, self.wiki, self.dump_date, dump.STATUS_FILE)}, fetched now " \
-                    f"and not saved"
-        return f"dump parts: {len(self.parts())}, from {where}"
+        PLANNED_STATUS[(self.dump_url, self.wiki, self.dump_date)] = dump.read_dump_status(
+            self.dump_url, self.wiki, self.dump_date, **download().settings())
+        url = dump.dump_file_url(self.dump_url, self.wiki, self.dump_date, dump.STATUS_FILE)
+        return f"dump parts: {len(self.parts())}, from {url}, fetched now and not saved"
 
     def upstream_stats(self) -> list[dict]:
         """The extraction's figures of every piece (pages dropped there: redirects, other namespaces...); a part
