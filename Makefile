@@ -39,7 +39,7 @@ SCHEDULER_ARGS := --scheduler-host $(word 1,$(subst :, ,$(SCHEDULER))) --schedul
 export LUIGI_CONFIG_PATH := $(CURDIR)/cluster/luigi-cluster.cfg
 endif
 
-.PHONY: report-screenshots setup demo test wiki-128 wiki-384 wiki-512 plan-128 plan-384 plan-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm
+.PHONY: report-screenshots setup demo test wiki-128 wiki-384 wiki-512 plan-128 plan-384 plan-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm test-kill
 
 setup: $(STAMP)
 
@@ -114,6 +114,13 @@ slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 # the sample dump, the daemons stopped at the end. 2 to 3 minutes: not part of `make test`.
 test-slurm: setup
 	cluster/slurm/test/run.sh $(abspath $(BIN))/python
+
+# Kill loops (#27, docs/errors.md): 25 random SIGKILLs of a 2-worker Pretrain128 run's whole process group and 12
+# of the ImageNet task, each followed by the same command; every rerun must be byte-identical to an uninterrupted
+# run with no temporary left. About 10 minutes: not part of `make test`.
+test-kill: setup
+	$(BIN)/python -m testkit.kill_loop wiki --kills 25
+	$(BIN)/python -m testkit.kill_loop imagenet --kills 12
 
 # The central scheduler of a cluster run (docs/cluster.md), in the foreground, with the cluster
 # config. It has no authentication: bind it to an address only the cluster's nodes reach. Its state
