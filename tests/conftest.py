@@ -36,6 +36,7 @@ TIERS = {
     "test_frames": "unit",
     "test_hdf5": "unit",
     "test_imagenet_cli": "e2e",
+    "test_install": "unit",
     "test_imagenet_convert": "unit",
     "test_inspect": "e2e",
     "test_instances": "unit",
