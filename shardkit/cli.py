@@ -36,6 +36,22 @@ def at_least_one(text: str) -> int:
     return value
 
 
+def version_text(prog: str, distribution: str = "wikiprep") -> str:
+    """`PROG VERSION (Python X.Y.Z)`, the installed distribution's version, for `--version`."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version(distribution)
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "(not installed)"
+    return f"{prog} {version} (Python {sys.version.split()[0]})"
+
+
+def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
+    """`--version` on a program's top-level parser: print `version_text` and exit 0."""
+    parser.add_argument("--version", action="version", version=version_text(prog))
+
+
 def error_line(prog: str, e: BaseException) -> str:
     """`prog: error: ...` for a PrepError, or for an OSError (a folder without write permission, a full disk)."""
     if isinstance(e, OSError) and not isinstance(e, PrepError):

@@ -133,7 +133,8 @@ def dataset(fixtures, tmp_path_factory) -> Path:
 def test_verify_accepts_a_good_dataset(dataset):
     res = wikiprep("verify", str(dataset))
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith(f"OK {dataset}: 60 records in 2 files")
+    records_bytes = sum(p.stat().st_size for p in dataset.glob("*.tfrecord"))
+    assert res.stdout.startswith(f"OK {dataset}: 60 records in 2 files, {records_bytes} bytes,")  # counted once
 
 
 def test_verify_reports_a_changed_byte(dataset, tmp_path):

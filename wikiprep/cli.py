@@ -35,7 +35,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from shardkit.cli import at_least_one, error_line, run
+from shardkit.cli import add_version, at_least_one, error_line, run
 from shardkit import progress
 from shardkit.errors import PrepError, excerpt
 
@@ -209,6 +209,7 @@ def _create(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Wikipedia text to BERT pre-training TFRecords.")
+    add_version(p, PROG)
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("create-pretraining-data", allow_abbrev=False,
@@ -224,14 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             c.add_argument(f"--{f.name}", type=f.type, default=f.default,
                            help=f"{f.metadata['help']} (default {f.default})")
-    c.add_argument("--index_file", help="index file(s) to write, comma-separated, one per output file")
+    c.add_argument("--index_file", help="index file(s) to write, comma-separated, one per output file "
+                                        "(default: none)")
     layouts.add_create_flags(c)
     c.add_argument("--flagfile", metavar="FILE",
                    help="read flags from FILE, one --flag=value a line, # comments, nested --flagfile (absl's)")
 
     i = sub.add_parser("inspect", help="print the first instances of a TFRecord or HDF5 file as text: A and B with "
                                        "their masks, the original tokens, the next-sentence label, the lengths")
-    i.add_argument("file")
+    i.add_argument("file", help="a .tfrecord or .hdf5 file of instances")
     i.add_argument("-n", type=at_least_one, default=3, help="instances to show (default 3)")
     i.add_argument("--vocab-file", "--vocab_file", metavar="V",
                    help="the vocab.txt the records were made with (default: vocab.txt beside FILE; without one, "
@@ -239,13 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check a dataset folder, or any record file or folder without a manifest; "
                                       "one line and exit 1 on the first problem")
-    v.add_argument("path")
+    v.add_argument("path", help="a dataset folder (with MANIFEST.json), or record files or a folder of them")
     v.add_argument("--jobs", type=at_least_one, default=1,
                    help="worker processes checking files in parallel, each with its own TensorFlow (default 1; "
                         "the output and the first error do not depend on it)")
 
     s = sub.add_parser("stats", help="counts and histograms of a dataset folder")
-    s.add_argument("dir")
+    s.add_argument("dir", help="a finished dataset folder (seq128_mask20_dup5/ ...)")
     s.add_argument("--out", required=True, help="report folder: report.html (one self-contained page), stats.json, "
                                                 "report.txt and the plots as PNG files")
     return p

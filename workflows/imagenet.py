@@ -26,13 +26,14 @@ class ImageNetPlan(ImageNetTask):
     validation_dir = luigi.Parameter(description="flat validation images, or <wnid>/ folders")
     val_labels = luigi.OptionalParameter(default=None, description="TF labels .txt, Kaggle LOC_val_solution.csv "
                                                                     "or devkit ground truth; omit for <wnid>/ folders")
-    output_dir = luigi.Parameter()
-    synsets_file = luigi.OptionalParameter(default=None)
-    metadata_file = luigi.OptionalParameter(default=None)
-    bbox_dir = luigi.OptionalParameter(default=None)
-    train_shards = IntParameter(default=1024)
-    validation_shards = IntParameter(default=128)
-    seed = IntParameter(default=12345)
+    output_dir = luigi.Parameter(description="where the shards, idx/ and MANIFEST.json go")
+    synsets_file = luigi.OptionalParameter(default=None, description="sorted wnids, one a line (default: the 1000 "
+                                                                     "ILSVRC-2012 synsets)")
+    metadata_file = luigi.OptionalParameter(default=None, description="wnid<TAB>names (default: shipped names)")
+    bbox_dir = luigi.OptionalParameter(default=None, description="bounding-box XML as <wnid>/<image>.xml")
+    train_shards = IntParameter(default=1024, description="train-NNNNN-of-NNNNN files (default 1024)")
+    validation_shards = IntParameter(default=128, description="validation-NNNNN-of-NNNNN files (default 128)")
+    seed = IntParameter(default=12345, description="seed of build_imagenet_data.py's shuffle (default 12345)")
 
     def output(self):
         # In a hidden folder: the plan names the input paths, which differ between machines, so it
