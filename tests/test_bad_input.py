@@ -593,7 +593,7 @@ CASES: list[Bad] = [
         "{root}/wiki_ds/wiki_00009.tfrecord: no such record file"),
     Bad("inspect-a-folder", ("wikiprep", "inspect", "{root}/wiki_ds"),
         "{root}/wiki_ds: a folder; give one of its record files"),
-    Bad("inspect-not-records", ("wikiprep", "inspect", "{root}/corpus.txt"), "{root}/corpus.txt: bad length checksum"),
+    Bad("inspect-not-records", ("wikiprep", "inspect", "{root}/corpus.txt"), "{root}/corpus.txt: not a TFRecord file"),
     Bad("inspect-an-imagenet-shard", ("wikiprep", "inspect", "{root}/imagenet_ds/train-00000-of-00002"),
         "{root}/imagenet_ds/train-00000-of-00002: first record is not a BERT pre-training example"),
     Bad("inspect-vocab-file-missing", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "--vocab-file",
