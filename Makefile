@@ -19,6 +19,9 @@ MULTISTREAM ?=
 FORMAT     ?=
 LAYOUT     ?=
 MAX_PREDICTIONS ?=
+# LANGUAGE=ja: the text's language instead of the dump's header's; DO_LOWER_CASE=false: a cased vocabulary (tasks.md).
+LANGUAGE   ?=
+DO_LOWER_CASE ?=
 SCHEDULER  ?=
 # `make luigid`: the address and port it listens on. 127.0.0.1 serves workers on this machine only;
 # for workers on other nodes give this node's address on the cluster network (docs/cluster.md).
@@ -31,7 +34,8 @@ SLURM_MAX_RUNNING ?=
 DEMO_DIR   ?= demo
 
 PRETRAIN_ARGS := $(if $(FORMAT),--output-format $(FORMAT)) $(if $(LAYOUT),--layout $(LAYOUT)) \
-  $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS))
+  $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS)) $(if $(LANGUAGE),--language $(LANGUAGE)) \
+  $(if $(DO_LOWER_CASE),--do-lower-case $(DO_LOWER_CASE))
 
 ifeq ($(SCHEDULER),)
 SCHEDULER_ARGS := --local-scheduler

@@ -626,6 +626,8 @@ CASES: list[Bad] = [
     Bad("luigi-num-shards-not-a-number", PRETRAIN + ("--num-shards", "abc"), "--num-shards 'abc': expected a whole"),
     Bad("luigi-masked-lm-prob-not-a-number", PRETRAIN + ("--masked-lm-prob", "x"), "--masked-lm-prob 'x'"),
     Bad("luigi-do-lower-case-not-a-bool", PRETRAIN + ("--do-lower-case", "maybe"), "--do-lower-case 'maybe'"),
+    Bad("luigi-language-not-a-code", PRETRAIN + ("--language", "zh/../x"),
+        "--language 'zh/../x': expected a language code such as en, zh, ja or zh-yue"),
     Bad("luigi-dupe-factor-zero", PRETRAIN + ("--dupe-factor", "0"), "dupe_factor"),
     Bad("luigi-vocab-file-missing", PRETRAIN + ("--vocab-file", "{root}/missing.txt"), "{root}/missing.txt"),
     Bad("luigi-vocab-file-not-a-vocab", PRETRAIN + ("--vocab-file", "{root}/corpus.txt"), "{root}/corpus.txt"),

@@ -256,6 +256,10 @@ class BoolParameter(_FlagNamed, luigi.BoolParameter):
     expected = "true or false"
 
 
+class OptionalParameter(_FlagNamed, luigi.OptionalParameter):
+    """A text or none; a subclass checks the text in `normalize` (raising `self._error`)."""
+
+
 class ChoiceParameter(_FlagNamed, luigi.ChoiceParameter):
     """One of `choices`, named in the error in the order given (Luigi keeps them as a set)."""
 

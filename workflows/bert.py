@@ -32,6 +32,7 @@ from luigi.util import inherits
 
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
                              write_dir_receipt, write_receipt)
+from shardkit.errors import PrepError
 from wikiprep import dataset, layouts, reader, sentences, vocab
 from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
 from wikiprep.corpus import Piece, Source
@@ -39,11 +40,24 @@ from wikiprep.options import GenerationOptions
 from wikiprep.tokenization import Vocab
 
 from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, ManifestTarget,
-                   PrepTask, ReceiptTarget, commit_report, report_target)
+                   OptionalParameter, PrepTask, ReceiptTarget, commit_report, report_target)
 
 luigi.namespace("bert", scope=__name__)
 
 Stage = TypeVar("Stage", bound="CorpusTask")
+
+
+class LanguageParameter(OptionalParameter):
+    """--language: a language code (`sentences.check_language`: "zh", "ja", "zh-yue"), or none."""
+
+    def normalize(self, x):
+        x = super().normalize(x)
+        if x is None:
+            return None
+        try:
+            return sentences.check_language(x)
+        except PrepError as e:
+            raise self._error(str(e)) from None
 
 
 class CorpusTask(PrepTask):
@@ -51,6 +65,9 @@ class CorpusTask(PrepTask):
     `stages` table), then binds each generic stage with a subclass of both; `stage` then finds them."""
 
     data_dir = luigi.Parameter(description="root of all outputs")
+    language = LanguageParameter(default=None, description="the text's language (zh, ja, ...), instead of the "
+                                                            "corpus' own (a dump's header): chooses how sentences "
+                                                            "are split; its sentence shards get a folder of their own")
 
     # The corpus' own class of each generic stage, filled as the corpus' module defines them.
     stages: ClassVar[dict[type, type]]
@@ -116,6 +133,10 @@ class CorpusTask(PrepTask):
     def pieces(self) -> list[Piece]:
         return self.source().pieces()
 
+    def corpus_language(self) -> str | None:
+        """The language the corpus' sentences are split for: --language, or the source's own (`Source.language`)."""
+        return self.language or self.source().language()
+
 
 class TrainPunkt(CorpusTask):
     """The Punkt sentence model, trained unsupervised on the corpus itself (offline; no nltk.download).
@@ -172,7 +193,7 @@ class SentenceShards(CorpusTask):
 
 def split_name(task: SentenceShards) -> str:
     """'n256_seed12345_min200': the name of one way of splitting the corpus, from a task with SentenceShards' parameters."""
-    return sentences.split_name(task.num_shards, task.seed, task.min_doc_chars)
+    return sentences.split_name(task.num_shards, task.seed, task.min_doc_chars, task.language)
 
 
 @inherits(SentenceShards)
@@ -194,7 +215,7 @@ class SplitPiece(CorpusTask):
         stats = sentences.split_piece(source.documents(piece, min_chars=self.min_doc_chars),
                                       self.input()["punkt"].path, self.output().path, num_shards=self.num_shards,
                                       seed=self.seed, size=source.piece_size(piece),
-                                      progress=self.progress(f"split {piece.name}", "B"))
+                                      language=self.corpus_language(), progress=self.progress(f"split {piece.name}", "B"))
         write_dir_receipt(self.output().path, stats=stats)
 
 
@@ -388,8 +409,12 @@ class PretrainTask(CorpusTask):
     def description(self, with_vocab: bool = True) -> dict:
         """What defines the dataset's content (dataset.describe); a folder made with other values is never
         mixed with this one. `with_vocab` False leaves out the vocabulary's hash."""
+        corpus = self.source().description()
+        language = self.corpus_language()
+        if not sentences.is_english(language):  # English datasets keep the description they had before languages
+            corpus["language"] = language
         return dataset.describe(self.options, self.vocab_path() if with_vocab else None,
-                                corpus=self.source().description(), num_shards=self.num_shards,
+                                corpus=corpus, num_shards=self.num_shards,
                                 min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size, layout=self.output_layout)
 
     def dataset_spec(self, with_vocab: bool = True) -> dataset.DatasetSpec:

@@ -66,7 +66,7 @@ class WikiTask(bert.CorpusTask):
     def source(self) -> WikipediaSource:
         return WikipediaSource(self.data_dir, self.dump_url, self.wiki, self.dump_date, self.multistream,
                                self.extract_slice_mb, PLANNED_STATUS.get((self.dump_url, self.wiki, self.dump_date)),
-                               download().settings())
+                               download().settings(), self.language)
 
     @property
     def download_dir(self) -> Path:

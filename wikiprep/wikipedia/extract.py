@@ -331,6 +331,31 @@ def _siteinfo_head(raw, name: str) -> bytes:
     return head[:head.index(b"</siteinfo>") + len(b"</siteinfo>")] + b"\n"
 
 
+_MEDIAWIKI_START = re.compile(rb"<mediawiki\b[^>]*>")
+_XML_LANG = re.compile(rb"""\sxml:lang\s*=\s*["']([^"'<>]*)["']""")
+_HEAD_LIMIT = 1 << 20
+
+
+def part_language(path: Path) -> str | None:
+    """The language of a dump part's text: the xml:lang of its <mediawiki> start tag, where MediaWiki's export
+    writes the wiki's content language ("en", "zh", "ja"); None when the tag has none. PrepError when the part
+    is no bz2 file or has no <mediawiki> start tag in its first MB."""
+    head = b""
+    try:
+        with bz2.open(path) as stream:
+            while (tag := _MEDIAWIKI_START.search(head)) is None and len(head) < _HEAD_LIMIT:
+                block = stream.read(1 << 16)
+                if not block:
+                    break
+                head += block
+    except (OSError, EOFError, ValueError) as e:
+        raise PrepError(f"dump part {path.name}: cannot read its header ({e})") from None
+    if tag is None:
+        raise PrepError(f"dump part {path.name}: no <mediawiki> start tag in its first MB: not a MediaWiki dump")
+    lang = _XML_LANG.search(tag.group(0))
+    return lang.group(1).decode("utf-8", "replace") if lang else None
+
+
 class _PageTarget:
     """The XML parser's target: <siteinfo> and each <page> as ElementTree elements, each kept only up
     to `max_chars` characters (text, tag names, attribute values).
