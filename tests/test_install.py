@@ -106,3 +106,20 @@ def test_every_flag_has_help_that_gives_its_default(build):
         elif action.default not in (None, False, argparse.SUPPRESS) and "default" not in action.help:
             missing.append(f"{prog} {action.option_strings[0]}: default {action.default!r} not in its help")
     assert not missing, "\n".join(missing)
+
+
+def test_verify_and_inspect_run_without_tensorflow(tmp_path):
+    """TensorFlow blocked from import (as where it is not installed): the records are decoded without it."""
+    from fixture_paths import GOOGLE_REFERENCE, REFERENCE_VOCAB
+
+    out = tmp_path / "sample.tfrecord"
+    r = subprocess.run([_bin("wikiprep"), "create-pretraining-data",
+                        f"--input_file={GOOGLE_REFERENCE / 'inputs' / 'sample_text.txt'}", f"--output_file={out}",
+                        f"--vocab_file={REFERENCE_VOCAB}"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    without_tf = "import sys; sys.modules['tensorflow'] = None; from wikiprep.cli import main; sys.exit(main())"
+    for args, expect in ((["verify", str(out)], f"OK {out}: 118 records in 1 files"),
+                         (["inspect", str(out), "-n", "1", "--vocab-file", str(REFERENCE_VOCAB)], "[CLS]")):
+        r = subprocess.run([sys.executable, "-c", without_tf, *args], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and expect in r.stdout, r.stderr[-2000:]
+        assert "tensorflow" not in r.stderr.lower()
