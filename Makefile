@@ -18,6 +18,10 @@ MULTISTREAM ?=
 FORMAT     ?=
 LAYOUT     ?=
 MAX_PREDICTIONS ?=
+# FORMAT=parquet: LDDL's Parquet (folder ..._parquet...); MASKING=dynamic leaves the masks to LDDL's loader,
+# BIN_SIZE=64 bins the instances by length (docs/outputs.md, "Parquet").
+MASKING    ?=
+BIN_SIZE   ?=
 SCHEDULER  ?=
 # `make luigid`: the address and port it listens on. 127.0.0.1 serves workers on this machine only;
 # for workers on other nodes give this node's address on the cluster network (docs/cluster.md).
@@ -30,7 +34,8 @@ SLURM_MAX_RUNNING ?=
 DEMO_DIR   ?= demo
 
 PRETRAIN_ARGS := $(if $(FORMAT),--output-format $(FORMAT)) $(if $(LAYOUT),--layout $(LAYOUT)) \
-  $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS))
+  $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS)) \
+  $(if $(MASKING),--masking $(MASKING)) $(if $(BIN_SIZE),--bin-size $(BIN_SIZE))
 
 ifeq ($(SCHEDULER),)
 SCHEDULER_ARGS := --local-scheduler

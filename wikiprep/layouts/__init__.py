@@ -56,6 +56,7 @@ _STATIC_MASK = LAYOUTS["remask"]  # what create-pretraining-data's --remask choo
 OUTPUT_FORMATS = tuple(dict.fromkeys(layout.flags[0] for layout in LAYOUTS.values()))
 LAYOUT_FLAGS = tuple(dict.fromkeys(layout.flags[1] for layout in LAYOUTS.values()))
 PAD_POSITION_VALUE = _STATIC_MASK.pad_position_value  # the default of --pad-position-value
+MASKINGS = LAYOUTS["parquet"].maskings  # the values of --masking, the default first
 
 # A description's flag keys when it has none: the default layout's (whose description records none).
 DEFAULT_DESCRIPTION = dict(zip(FLAG_KEYS, DEFAULT.flags))

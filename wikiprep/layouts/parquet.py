@@ -88,6 +88,7 @@ class ParquetLayout(Layout):
     bin_size: int = 0  # 0: not binned
 
     parameters: ClassVar[tuple[str, ...]] = ("masking", "bin_size")
+    maskings: ClassVar[tuple[str, ...]] = MASKINGS
 
     def with_parameters(self, **values) -> "ParquetLayout":
         """With its parameters set, and its folder named by them: `_parquet`, `_parquet_dynamic_bin64`, ..."""
