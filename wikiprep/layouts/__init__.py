@@ -127,12 +127,16 @@ def implies_fixed_mask_count(layout: str) -> bool:
 
 def add_create_flags(parser: argparse.ArgumentParser) -> None:
     """create-pretraining-data's layout flags besides the outputs' names: Graphcore's (its --remask and
-    --pad_position_value, spelled as its create_pretraining_data.py spells them)."""
+    --pad_position_value, spelled as its create_pretraining_data.py spells them), and LDDL's --masking. LDDL's
+    bins are not among them: balancing files per bin is a dataset's finishing step (the Luigi tasks')."""
     parser.add_argument("--remask", action="store_true",
                         help="Graphcore's static-mask layout (masked tokens first), as its --remask writes it; implies "
                              "--fixed_mask_count")
     parser.add_argument("--pad_position_value", "--pad-position-value", type=int, default=PAD_POSITION_VALUE,
                         help=f"with --remask, the input_position of an empty slot (default {PAD_POSITION_VALUE})")
+    parser.add_argument("--masking", choices=MASKINGS, default=None,
+                        help="with an --output_file named .parquet (LDDL's layout): static (default: the masks "
+                             "stored) or dynamic (the pairs unmasked; LDDL's loader masks them)")
 
 
 def create_layout_flag(args: argparse.Namespace) -> str:
