@@ -22,6 +22,10 @@ MAX_PREDICTIONS ?=
 # LANGUAGE=ja: the text's language instead of the dump's header's; DO_LOWER_CASE=false: a cased vocabulary (tasks.md).
 LANGUAGE   ?=
 DO_LOWER_CASE ?=
+# FORMAT=parquet: LDDL's Parquet (folder ..._parquet...); MASKING=dynamic leaves the masks to LDDL's loader,
+# BIN_SIZE=64 bins the instances by length (docs/outputs.md, "Parquet").
+MASKING    ?=
+BIN_SIZE   ?=
 SCHEDULER  ?=
 # `make luigid`: the address and port it listens on. 127.0.0.1 serves workers on this machine only;
 # for workers on other nodes give this node's address on the cluster network (docs/cluster.md).
@@ -35,7 +39,8 @@ DEMO_DIR   ?= demo
 
 PRETRAIN_ARGS := $(if $(FORMAT),--output-format $(FORMAT)) $(if $(LAYOUT),--layout $(LAYOUT)) \
   $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS)) $(if $(LANGUAGE),--language $(LANGUAGE)) \
-  $(if $(DO_LOWER_CASE),--do-lower-case $(DO_LOWER_CASE))
+  $(if $(DO_LOWER_CASE),--do-lower-case $(DO_LOWER_CASE)) \
+  $(if $(MASKING),--masking $(MASKING)) $(if $(BIN_SIZE),--bin-size $(BIN_SIZE))
 
 ifeq ($(SCHEDULER),)
 SCHEDULER_ARGS := --local-scheduler

@@ -46,6 +46,7 @@ TIERS = {
     "test_luigid": "daemons",
     "test_plain_decode": "unit",
     "test_plan": "daemons",
+    "test_parquet": "e2e",
     "test_pool": "unit",
     "test_pretrain_layouts": "e2e",
     "test_progress": ("daemons", {

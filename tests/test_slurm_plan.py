@@ -34,7 +34,7 @@ def test_each_element_is_one_task_of_its_stage(dataset, tmp_path):
     families = {stage: [t.get_task_family() for t in tasks] for stage, tasks in elements.items()}
     assert families == {"download": ["DownloadDump"], "punkt": ["TrainPunkt"], "pieces": ["SplitPart"] * 2,
                         "sentences": ["SentenceShard"] * 3, "vocab": ["TrainVocab"],
-                        "shards": ["PretrainShard"] * 3, "finalize": ["Pretrain384"]}
+                        "shards": ["PretrainShard"] * 3, "parts": [], "finalize": ["Pretrain384"]}
     assert [t.shard for t in elements["sentences"]] == [t.shard for t in elements["shards"]] == [0, 1, 2]
     # Shard i's instances need sentence shard i, and the vocabulary, which needs every sentence shard.
     assert elements["shards"][2].requires() == {"sentences": elements["sentences"][2], "vocab": elements["vocab"][0]}
@@ -49,13 +49,19 @@ def test_each_element_is_one_task_of_its_stage(dataset, tmp_path):
     # The element task sees the same graph as the dataset task.
     element = SlurmStage384(**{**dataset.param_kwargs, "stage": "shards", "index": 2})
     assert element.dataset() == dataset and element.requires() == elements["shards"][2]
+    # Parquet has a finishing step: a part per shard index, each after the plan, which needs every shard.
+    parquet = dataset.clone(output_format="parquet", bin_size=128)
+    parts = stage_elements(parquet)["parts"]
+    assert [t.get_task_family() for t in parts] == ["PretrainPart"] * 3 and [t.part for t in parts] == [0, 1, 2]
+    assert parts[1].requires().requires() == stage_elements(parquet)["shards"]
+    assert plan(parquet)["TODO_parts"] == "0-2"
 
 
 def test_plan_before_anything_ran(dataset):
     todo = plan(dataset)
     assert todo == {"DATASET_DIR": str(dataset.dataset_dir.resolve()), "TODO_download": "0", "TODO_punkt": "0",
                     "TODO_pieces": "0-1", "TODO_sentences": "0-2", "TODO_vocab": "0", "TODO_shards": "0-2",
-                    "TODO_finalize": "0"}
+                    "TODO_parts": "", "TODO_finalize": "0"}
 
 
 def test_slurm_plan_command_and_its_errors(dataset):

@@ -10,7 +10,8 @@
 the same flags, spellings and defaults (absl style: `--flag=value`, `--flag value`, bare
 `--flag` / `--noflag` for booleans, `--flagfile=FILE` files of flags), the same instances in the
 same order. An `--output_file` ending in `.hdf5` or `.h5` holds them in NVIDIA's HDF5 layout, as
-NVIDIA's create_pretraining_data.py writes it. It adds `--fixed_mask_count` (Graphcore's mask
+NVIDIA's create_pretraining_data.py writes it; one ending in `.parquet` in LDDL's Parquet layout
+(`--masking static|dynamic`; round-robin files, not binned). It adds `--fixed_mask_count` (Graphcore's mask
 count), `--remask` (Graphcore's static-mask layout; implies the fixed count) with
 `--pad_position_value`, and `--index_file` (an `offset length` index per output file).
 `--input_file` is a comma-separated list of globs, each expanded in sorted order; a glob
@@ -188,7 +189,8 @@ def _create(args: argparse.Namespace) -> None:
     index_files = _split_list("index_file", args.index_file)
     if index_files and len(index_files) != len(outputs):
         raise PrepError(f"--index_file lists {len(index_files)} files for {len(outputs)} --output_file files")
-    layout = layouts.from_output_names(outputs, layout_flag, pad_position_value=args.pad_position_value)
+    layout = layouts.from_output_names(outputs, layout_flag, pad_position_value=args.pad_position_value,
+                                       masking=args.masking)
     instances.check_layout(layout, outputs, index_files or [None] * len(outputs), options)
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:

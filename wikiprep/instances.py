@@ -540,7 +540,7 @@ def check_layout(layout: Layout, output_files: Sequence[str | os.PathLike],
     another layout's files have: `x.hdf5` in TFRecords) and of these options (a remask layout the instances may
     not fit), before anything is written. The names never choose the layout: it is given."""
     for path in output_files:
-        suffix = Path(path).suffix.lower()
+        suffix = layouts.suffix_of(path)
         other = next((o for o in layouts.LAYOUTS.values() if suffix in o.suffixes and o.file_kind != layout.file_kind),
                      None)
         if other is not None and suffix not in layout.suffixes:
@@ -595,7 +595,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     try:
         # Every output's and index's temporary is opened first: one that cannot be written fails
         # before the work, and none is committed unless all are complete.
-        with layout.writers(outputs, indexes, dims, overwrite=overwrite) as writers, \
+        with layout.writers(outputs, indexes, dims, overwrite=overwrite, vocab=vocab) as writers, \
                 open(spill_path, "w+b", buffering=1 << 20) as spill:
             spill_instances(corpus, vocab, opts, rng, layout, spill, offsets, stats,
                             part_of(progress, read_end, generate_end, total))

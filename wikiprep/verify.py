@@ -107,6 +107,7 @@ def _verify(path: Path, each_file, progress: Progress | None) -> dict:
             expected = listed[rel].get("records")
             if expected is not None and expected != counts[file]:
                 raise PrepError(f"{file}: {counts[file]} records but {MANIFEST} says {expected}")
+        records.layout.check_counts(counts)  # its readers' rules about the counts (LDDL's balance)
         stats_path = path / "stats.json"
         if stats_path.is_file():
             try:

@@ -1,9 +1,10 @@
 """The BERT stages of any corpus: its documents to sentence shards, a vocabulary, and a dataset folder.
 
 TrainPunkt -> SplitPiece -> SplitCorpus -> SentenceShard -> (SentenceShards -> TrainVocab, without
---vocab-file) -> PretrainShard -> PretrainDataset (Pretrain128, Pretrain384, Pretrain512). What fans out
-is one task per piece of the corpus (splitting) or per shard (merging, instances); what does not (Punkt,
-the vocabulary) reads a bounded sample, never the whole corpus.
+--vocab-file) -> PretrainShard -> (PretrainPlan -> PretrainPart, for a layout with a finishing step)
+-> PretrainDataset (Pretrain128, Pretrain384, Pretrain512). What fans out is one task per piece of the
+corpus (splitting) or per shard (merging, instances, finishing parts); what does not (Punkt, the
+vocabulary, the finishing plan) reads a bounded sample or the shards' receipts, never the whole corpus.
 
 These tasks know a corpus only through `CorpusTask`'s few methods: its `wikiprep.corpus.Source`, the
 folder its work goes to, the parameters that name one piece, and the task (if any) that makes a piece's
@@ -28,15 +29,17 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 import luigi
+from luigi.task import flatten
 from luigi.util import inherits
 
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
-                             write_dir_receipt, write_receipt)
+                             write_dir_receipt, write_json, write_receipt)
 from shardkit.errors import PrepError
 from wikiprep import dataset, layouts, reader, sentences, vocab
 from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
 from wikiprep.corpus import Piece, Source
 from wikiprep.options import GenerationOptions
+from wikiprep.schema import PRED, SEQ
 from wikiprep.tokenization import Vocab
 
 from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, ManifestTarget,
@@ -290,6 +293,13 @@ class SentenceShardTarget(ReceiptTarget):
                 "corpus": {"documents": sum(s["documents"] for s in shards), "dropped": folder["stats"]["dropped"]}}
 
 
+class BinSizeParameter(IntParameter):
+    """--bin-size: a whole number, or `none` (0: not binned), as DeepLearningExamples' BIN_SIZE spells it."""
+
+    def parse(self, x):
+        return 0 if str(x).strip().lower() == "none" else super().parse(x)
+
+
 class ShardParameter(IntParameter):
     """--shard: from 0 to --num-shards - 1 (checked against --num-shards once both are known)."""
 
@@ -369,24 +379,33 @@ class PretrainTask(CorpusTask):
                                      description="Graphcore's fixed count: a full sequence gets exactly "
                                                  "max_predictions_per_seq masks (implied by --layout remask)")
     output_format = ChoiceParameter(default=layouts.OUTPUT_FORMATS[0], choices=layouts.OUTPUT_FORMATS,
-                                    description="tfrecord (google-research/bert, Graphcore), or hdf5 (NVIDIA's "
-                                                "PyTorch BERT layout, in the sibling folder ..._hdf5)")
+                                    description="tfrecord (google-research/bert, Graphcore), hdf5 (NVIDIA's "
+                                                "PyTorch BERT layout, in the sibling folder ..._hdf5), or parquet "
+                                                "(LDDL's layout, in ..._parquet...)")
     layout = ChoiceParameter(default=layouts.LAYOUT_FLAGS[0], choices=layouts.LAYOUT_FLAGS,
                              description="standard, or remask: Graphcore's static-mask TFRecords (sibling folder "
                                          "..._remask), with Graphcore's fixed mask count")
     pad_position_value = IntParameter(default=layouts.PAD_POSITION_VALUE,
                                       description="with --layout remask: the input_position of an empty slot")
+    masking = ChoiceParameter(default=layouts.MASKINGS[0], choices=layouts.MASKINGS,
+                              description="with --output-format parquet: static (masks stored, as in every other "
+                                          "layout) or dynamic (LDDL's loader masks each epoch)")
+    bin_size = BinSizeParameter(default=0, min_value=0,
+                                description="with --output-format parquet: LDDL's sequence-length bins of this "
+                                            "many tokens, a set of balanced files each; 0 or none: not binned")
 
     def check_before_work(self) -> None:
         """What no single parameter says alone, before any work: a bad combination fails before the download."""
         super().check_before_work()
         options = self.options  # GenerationOptions refuses values that make no dataset
         self.output_layout.check(options)  # the flags name a layout (PrepError else), whose instances fit it
+        self.output_layout.check_shards(self.num_shards)
 
     @property
     def output_layout(self) -> layouts.Layout:
-        """The layout --output-format, --layout and --pad-position-value name (`layouts.from_flags`)."""
-        return layouts.from_flags(self.output_format, self.layout, pad_position_value=self.pad_position_value)
+        """The layout --output-format, --layout and their parameters name (`layouts.from_flags`)."""
+        return layouts.from_flags(self.output_format, self.layout, pad_position_value=self.pad_position_value,
+                                  masking=self.masking, bin_size=self.bin_size)
 
     @property
     def options(self) -> GenerationOptions:
@@ -399,6 +418,18 @@ class PretrainTask(CorpusTask):
     @property
     def dataset_dir(self) -> Path:
         return self.work_dir / dataset.folder_name(self.options, self.output_layout)
+
+    @property
+    def shards_dir(self) -> Path:
+        """Where PretrainShard writes: the dataset folder, or for a layout with a finishing step the staged shards'
+        folder (`staged/<the dataset folder's name>`), which its finishing parts read."""
+        if not self.output_layout.finishing:
+            return self.dataset_dir
+        return self.work_dir / "staged" / self.dataset_dir.name
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return {SEQ: self.max_seq_length, PRED: self.max_predictions_per_seq}
 
     def vocab_task(self) -> TrainVocab | None:
         return None if self.vocab_file else self.stage(TrainVocab)
@@ -426,7 +457,7 @@ class PretrainTask(CorpusTask):
 
 class PretrainShard(PretrainTask):
     """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): {prefix}_{i:05d}.tfrecord +
-    .index, or {prefix}_{i:05d}.hdf5."""
+    .index, or {prefix}_{i:05d}.hdf5; for a layout with a finishing step (Parquet), a staged shard."""
 
     shard = ShardParameter()
 
@@ -441,8 +472,8 @@ class PretrainShard(PretrainTask):
         return deps
 
     def output(self):
-        return IndexedTarget(self.dataset_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
-                                                                   self.output_layout))
+        return IndexedTarget(self.shards_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
+                                                                  self.output_layout))
 
     def run(self):
         out = self.output().path
@@ -455,12 +486,68 @@ class PretrainShard(PretrainTask):
         index = self.output_layout.index_path(out)
         written = {} if index is None else \
             {"index": {"file": index.name, "size": index.stat().st_size, "sha256": sha256_file(index)}}
+        if self.output_layout.finishing:  # a staged shard: its finishing part reads the dataset's files back
+            write_receipt(out, seed=seed, stats=stats)
+            return
         # The report's figures of this shard, read back here, in parallel with the other shards, so that
         # PretrainDataset's report only adds them up (wikiprep.stats.file_stats: a few hundred kB at most).
         self.set_status_message(f"reading {out.name} back for the report")
-        report_stats = record_stats.file_stats(reader.dataset_file(out), out, Vocab.load(self.vocab_path()),
-                                               tensorflow=False)
+        report_stats = read_back_stats(out, self.vocab_path())
         write_receipt(out, seed=seed, stats=stats, report_stats=report_stats, **written)
+
+
+def read_back_stats(path: Path, vocab_path: Path) -> dict:
+    """The report's figures of one file of a dataset, read back by the task that wrote it, in parallel with the
+    others, so that PretrainDataset's report only adds them up (wikiprep.stats.file_stats: a few hundred kB)."""
+    return record_stats.file_stats(reader.dataset_file(path, vocab_path), path, Vocab.load(vocab_path),
+                                   tensorflow=False)
+
+
+class PretrainPlan(PretrainTask):
+    """A finishing layout's plan (`Layout.plan_parts`): which rows of which staged shards each finishing part
+    writes, from every shard's receipt (no record read). parts.json beside the staged shards."""
+
+    def requires(self):
+        return [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
+
+    def output(self):
+        return ReceiptTarget(self.shards_dir / "parts.json")
+
+    def run(self):
+        plan = self.output_layout.plan_parts([t.receipt()["stats"] for t in self.input()], self.dims,
+                                             self.num_shards)
+        write_json(self.output().path, plan)
+        write_receipt(self.output().path)
+
+
+class PretrainPart(PretrainTask):
+    """Finishing part i of a layout with a finishing step: file i of each bin (`Layout.part_names`), from the
+    staged shards as PretrainPlan deals them, committed together, each with a receipt holding its figures."""
+
+    part = IntParameter(min_value=0, description="the finishing part, from 0 to --num-shards - 1")
+
+    def check_before_work(self) -> None:
+        super().check_before_work()
+        sentences.check_shard(self.part, self.num_shards)
+
+    def requires(self):
+        return self.stage(PretrainPlan)
+
+    def output(self):
+        return [ReceiptTarget(self.dataset_dir / name)
+                for name in self.output_layout.part_names(self.source().shard_prefix, self.part, self.dims)]
+
+    def run(self):
+        spec = self.dataset_spec()
+        dataset.claim_folder(self.dataset_dir, spec)
+        plan = json.loads(self.input().path.read_text(encoding="utf-8"))
+        staged = [self.shards_dir / spec.shard_name(i) for i in range(self.num_shards)]
+        paths = [t.path for t in self.output()]
+        counts = self.output_layout.write_part(plan, self.part, staged, paths, self.dims,
+                                               progress=self.progress(f"part {self.part}", "files"))
+        for path, count in zip(paths, counts):
+            self.set_status_message(f"reading {path.name} back for the report")
+            write_receipt(path, records=count, report_stats=read_back_stats(path, self.vocab_path()))
 
 
 class PretrainDataset(PretrainTask):
@@ -478,29 +565,44 @@ class PretrainDataset(PretrainTask):
         dataset.check_folder(self.dataset_dir, self.dataset_spec(with_vocab=bool(self.vocab_file)))
 
     def requires(self):
+        if self.output_layout.finishing:
+            return [self.stage(PretrainPart, part=i) for i in range(self.num_shards)]
         return [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
 
     def output(self):
         return {"manifest": ManifestTarget(self.dataset_dir / "MANIFEST.json"), "report": report_target(self.dataset_dir)}
 
+    def dataset_files(self) -> list[ReceiptTarget]:
+        """The targets of the dataset's record files: the shards, or the finishing parts' files."""
+        return flatten(self.input())
+
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
             # Their report figures dropped as each is read: the report, below, takes them one at a time.
-            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
+            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.dataset_files()]
+            finished = {}
+            if self.output_layout.finishing:  # the generation's figures are the staged shards'
+                plan = json.loads(self.stage(PretrainPlan).output().path.read_text(encoding="utf-8"))
+                finished = {"files": {r["file"]: r["records"] for r in receipts},
+                            "balance": {key: plan[key] for key in ("bins", "dropped")}}
+                shard_stats = [self.stage(PretrainShard, shard=i).output().receipt()["stats"]
+                               for i in range(self.num_shards)]
+            else:
+                shard_stats = [r["stats"] for r in receipts]
             # A manifest made again (a file of the finished dataset was damaged) hashes every file: the damage
             # may have reached a receipt too, whose hash the manifest must never copy.
             repairing = receipt_path(manifest.path).exists()  # the dataset was finished once
-            dataset.finalize(self.dataset_dir, self.dataset_spec(), self.vocab_path(), [r["stats"] for r in receipts],
+            dataset.finalize(self.dataset_dir, self.dataset_spec(), self.vocab_path(), shard_stats,
                              self.stage(SentenceShards).stats(),
-                             known_files=None if repairing else written_files(receipts))
+                             known_files=None if repairing else written_files(receipts), **finished)
             write_receipt(manifest.path)
         if self.output()["report"].exists():  # only the manifest was missing: the report stands
             return
         # The shards' figures and hashes from their receipts: no record read, no file hashed here. A shard
         # whose receipt predates report_stats (a dataset finished before) is read here, that shard alone.
         read_back, hashes = {}, []
-        for target in self.input():  # one receipt at a time: each holds up to ~1 MB of token counts
+        for target in self.dataset_files():  # one receipt at a time: each holds up to ~1 MB of token counts
             receipt = target.receipt()
             if "report_stats" in receipt:
                 read_back[receipt["file"]] = record_stats.compact(receipt.pop("report_stats"))

@@ -22,12 +22,13 @@ import luigi
 from shardkit.errors import PrepError
 
 from .base import IntParameter
-from .bert import PretrainDataset, PretrainShard, SentenceShard, SplitPiece, TrainPunkt
+from .bert import PretrainDataset, PretrainPart, PretrainShard, SentenceShard, SplitPiece, TrainPunkt
 from .wiki import Pretrain128, Pretrain384, Pretrain512
 
-# In chain order. `pieces`, `sentences` and `shards` are job arrays; the others are single jobs (index 0).
-# `vocab` has no element (and no job) when a --vocab-file is given.
-STAGES = ("download", "punkt", "pieces", "sentences", "vocab", "shards", "finalize")
+# In chain order. `pieces`, `sentences`, `shards` and `parts` are job arrays; the others are single jobs (index 0).
+# `vocab` has no element (and no job) when a --vocab-file is given, `parts` none for a layout without a
+# finishing step (all but Parquet).
+STAGES = ("download", "punkt", "pieces", "sentences", "vocab", "shards", "parts", "finalize")
 
 
 def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
@@ -43,6 +44,8 @@ def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
     - vocab: the vocabulary, when one is trained: every shard's instances need it, and it reads
       every sentence shard up to its cap (200 M characters), so it runs once, between the arrays;
     - shards: one shard's instances;
+    - parts: for a layout with a finishing step (Parquet), file i of every bin, dealt from the staged shards;
+      each element first makes the plan of the deal if no element has yet (PretrainPlan: the shards' receipts);
     - finalize: vocab.txt, stats.json and MANIFEST.json.
     """
     vocab = dataset.vocab_task()
@@ -53,6 +56,8 @@ def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
         "sentences": [dataset.stage(SentenceShard, shard=i) for i in range(dataset.num_shards)],
         "vocab": [vocab] if vocab is not None else [],
         "shards": [dataset.stage(PretrainShard, shard=i) for i in range(dataset.num_shards)],
+        "parts": [dataset.stage(PretrainPart, part=i) for i in range(dataset.num_shards)]
+        if dataset.output_layout.finishing else [],
         "finalize": [dataset],
     }
 
@@ -95,7 +100,8 @@ class SlurmStage(PretrainDataset):
         super().check_before_work()
         elements = stage_elements(self.dataset())
         if not elements[self.stage]:
-            raise PrepError(f"stage {self.stage}: nothing to run with these parameters (a --vocab-file is given)")
+            why = "a --vocab-file is given" if self.stage == "vocab" else "the layout has no finishing step"
+            raise PrepError(f"stage {self.stage}: nothing to run with these parameters ({why})")
         if not 0 <= self.index < len(elements[self.stage]):
             raise PrepError(f"--index {self.index}: stage {self.stage} has elements 0 to "
                             f"{len(elements[self.stage]) - 1}")

@@ -201,8 +201,16 @@ class PretrainShard(WikiTask, bert.PretrainShard):
     """bert.PretrainShard: wiki_{i:05d}.tfrecord + .index, or wiki_{i:05d}.hdf5."""
 
 
+class PretrainPlan(WikiTask, bert.PretrainPlan):
+    """bert.PretrainPlan: how a Parquet dataset's staged shards are dealt over its balanced files."""
+
+
+class PretrainPart(WikiTask, bert.PretrainPart):
+    """bert.PretrainPart: wiki_{i:05d}.parquet, or wiki_{i:05d}.parquet_{bin} of every bin."""
+
+
 class PretrainDataset(WikiTask, bert.PretrainDataset):
-    """bert.PretrainDataset in DATA/{wiki}-{date}/seq{L}_mask{M}_dup{D}[_hdf5|_remask]/."""
+    """bert.PretrainDataset in DATA/{wiki}-{date}/seq{L}_mask{M}_dup{D}[_hdf5|_remask|_parquet...]/."""
 
 
 class Pretrain128(PretrainDataset, bert.Pretrain128):

@@ -5,11 +5,11 @@
 #
 # PARAMETERS are Pretrain128's (--num-shards, --vocab-file, --seed, --multistream, ...). The chain:
 #
-#   download -> punkt -> pieces[] -> sentences[] -> vocab -> shards[] -> finalize
+#   download -> punkt -> pieces[] -> sentences[] -> vocab -> shards[] -> parts[] -> finalize
 #
-# each job after the one before (--dependency=afterok); pieces[], sentences[] and shards[] are job
+# each job after the one before (--dependency=afterok); pieces[], sentences[], shards[] and parts[] are job
 # arrays, one element per dump piece, per sentence shard and per shard; vocab is submitted only when
-# no --vocab-file is given. Only what is not complete yet is submitted: a stage that is
+# no --vocab-file is given, parts[] only for a layout with a finishing step (--output-format parquet). Only what is not complete yet is submitted: a stage that is
 # complete is left out, an array gets only its missing elements. So after a failure, a time-out or a
 # cancelled element, run the same command again. While jobs of this dataset's previous submission are
 # still queued or running it refuses (they would run the same elements twice): wait, or scancel them.
@@ -84,13 +84,13 @@ mv "$slurm_dir/job.env.tmp" "$slurm_dir/job.env"
 
 dep=""
 submitted=()
-for stage in download punkt pieces sentences vocab shards finalize; do
+for stage in download punkt pieces sentences vocab shards parts finalize; do
   var=TODO_$stage
   todo=${!var}
   [ -n "$todo" ] || continue
   opts=(--parsable --chdir="$ROOT")
   case $stage in
-    pieces | sentences | shards)
+    pieces | sentences | shards | parts)
       opts+=(--array="$todo${SLURM_MAX_RUNNING:+%$SLURM_MAX_RUNNING}" --output="$slurm_dir/logs/%x-%A_%a.out") ;;
     *)
       opts+=(--output="$slurm_dir/logs/%x-%j.out") ;;
@@ -102,7 +102,7 @@ for stage in download punkt pieces sentences vocab shards finalize; do
   dep=$id
   submitted+=("$stage $id")
   case $stage in
-    pieces | sentences | shards) echo "$stage $id --array=$todo" ;;
+    pieces | sentences | shards | parts) echo "$stage $id --array=$todo" ;;
     *) echo "$stage $id" ;;
   esac
 done

@@ -46,7 +46,7 @@ class FramedLayout(Layout):
         ValueError naming the first record that breaks the layout. The standard layout's is itself."""
         return batch
 
-    def writers(self, paths, index_paths, dims, *, overwrite=False):
+    def writers(self, paths, index_paths, dims, *, overwrite=False, vocab=None):
         return _RecordOutputs(paths, index_paths, overwrite)
 
     def recognize(self, path: Path, family: list[Layout]) -> tuple[Layout, dict[str, int]]:
@@ -74,7 +74,7 @@ class FramedLayout(Layout):
             return check_index(path, self.index_path(path))
         return sum(1 for _ in read_records(path))
 
-    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True) -> Iterator[dict]:
+    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True, vocab=None) -> Iterator[dict]:
         done = 0
         for batch in _record_batches(self.schema, dims, path, tensorflow):
             try:
@@ -84,7 +84,7 @@ class FramedLayout(Layout):
             yield standard
             done += len(batch["input_ids"])
 
-    def instances(self, path: Path, dims: dict[str, int], n: int) -> Iterator[tuple[str, dict]]:
+    def instances(self, path: Path, dims: dict[str, int], n: int, vocab=None) -> Iterator[tuple[str, dict]]:
         """The records as they are, whichever tool wrote them (the original's protobuf orders features its own way)."""
         for index, data in enumerate(read_records(path)):
             if index >= n:
