@@ -142,6 +142,8 @@ class TrainPunkt(CorpusTask):
             if made is not None:
                 yield made
             sample.add(piece.name, source.documents(piece, min_chars=self.min_doc_chars))
+            if made is not None:  # the sample read part of it: the rest is hashed against its receipt too
+                made.output().verify()
             if sample.full:
                 break
         stats = sentences.train_punkt(sample.texts, self.output().path, source=sample.source)
@@ -453,7 +455,11 @@ class PretrainDataset(PretrainTask):
         dataset.check_folder(self.dataset_dir, self.dataset_spec(with_vocab=bool(self.vocab_file)))
 
     def requires(self):
-        return [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
+        # The vocabulary too (when trained), which finalize copies: one found damaged there is removed, and made
+        # again by the rerun even though every shard is complete.
+        vocab = self.vocab_task()
+        return {"shards": [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)],
+                **({} if vocab is None else {"vocab": vocab})}
 
     def output(self):
         return {"manifest": ManifestTarget(self.dataset_dir / "MANIFEST.json"), "report": report_target(self.dataset_dir)}
@@ -462,7 +468,7 @@ class PretrainDataset(PretrainTask):
         manifest = self.output()["manifest"]
         if not manifest.exists():
             # Their report figures dropped as each is read: the report, below, takes them one at a time.
-            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
+            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()["shards"]]
             # A manifest made again (a file of the finished dataset was damaged) hashes every file: the damage
             # may have reached a receipt too, whose hash the manifest must never copy.
             repairing = receipt_path(manifest.path).exists()  # the dataset was finished once
@@ -475,7 +481,7 @@ class PretrainDataset(PretrainTask):
         # The shards' figures and hashes from their receipts: no record read, no file hashed here. A shard
         # whose receipt predates report_stats (a dataset finished before) is read here, that shard alone.
         read_back, hashes = {}, []
-        for target in self.input():  # one receipt at a time: each holds up to ~1 MB of token counts
+        for target in self.input()["shards"]:  # one receipt at a time: each holds up to ~1 MB of token counts
             receipt = target.receipt()
             if "report_stats" in receipt:
                 read_back[receipt["file"]] = record_stats.compact(receipt.pop("report_stats"))
