@@ -211,3 +211,64 @@ def test_a_damaged_intermediate_is_named_and_made_again(finished, trained, tmp_p
     verify = subprocess.run([str(Path(sys.executable).with_name("wikiprep")), "verify", str(data / DATASET)],
                             capture_output=True, text=True, timeout=300)
     assert verify.returncode == 0, verify.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# A finished ImageNet dataset damaged on disk: the same command notices (sizes from MANIFEST.json and the shards'
+# receipts) and rebuilds exactly what is damaged
+
+def _imagenet(raw: dict, out: Path) -> subprocess.CompletedProcess:
+    return _luigi("ImageNet", "--train-dir", raw["train_dir"], "--validation-dir", raw["validation_dir"],
+                  "--val-labels", raw["val_labels"], "--output-dir", str(out), "--train-shards", "4",
+                  "--validation-shards", "2")
+
+
+@pytest.fixture(scope="module")
+def imagenet(tmp_path_factory):
+    root = tmp_path_factory.mktemp("imagenet")
+    raw = {k: str(v) for k, v in write_sample_tree(root / "raw").items()}
+    r = _imagenet(raw, root / "out")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return raw, root / "out", _tree(root / "out")
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param(lambda d: (d / "train-00001-of-00004").unlink(), id="a shard removed"),
+    pytest.param(lambda d: _truncate(d / "validation-00000-of-00002"), id="a shard truncated"),
+    pytest.param(lambda d: (d / "idx" / "train-00002-of-00004.idx").unlink(), id="an index removed"),
+    pytest.param(lambda d: _truncate(d / "idx" / "validation-00001-of-00002.idx"), id="an index truncated"),
+    pytest.param(lambda d: (d / "MANIFEST.json").unlink(), id="MANIFEST.json removed"),
+    pytest.param(lambda d: _truncate(d / "MANIFEST.json"), id="MANIFEST.json truncated"),
+    pytest.param(lambda d: _truncate(d / "report" / "stats.json"), id="the report's stats.json truncated"),
+    pytest.param(lambda d: shutil.rmtree(d / "report"), id="the report removed"),
+])
+def test_a_damaged_imagenet_dataset_is_rebuilt_where_damaged(imagenet, tmp_path, damage):
+    raw, finished, tree = imagenet
+    out = tmp_path / "out"
+    shutil.copytree(finished, out, symlinks=True)
+    damage(out)
+    r = _imagenet(raw, out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _tree(out) == tree
+    verify = subprocess.run([str(Path(sys.executable).with_name("imagenet-prep")), "verify", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert verify.returncode == 0, verify.stderr
+
+
+def test_a_damaged_imagenet_plan_is_named_and_made_again(imagenet, tmp_path):
+    """The plan flipped by one byte after ImageNetPlan committed it, before the shards read it."""
+    raw, _, tree = imagenet
+    out = tmp_path / "out"
+    r = _luigi("ImageNetPlan", "--train-dir", raw["train_dir"], "--validation-dir", raw["validation_dir"],
+               "--val-labels", raw["val_labels"], "--output-dir", str(out), "--train-shards", "4",
+               "--validation-shards", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    plan = out / ".work" / "plan.json"
+    _flip(plan)
+    r = _imagenet(raw, out)
+    assert r.returncode != 0 and f"imagenet-prep: error: {plan}: damaged since it was committed: sha256 " in r.stderr
+    assert {name: digest for name, digest in _tree(out).items() if tree.get(name) != digest} == {}
+    assert not list(out.glob("train-*"))  # no shard was made of the damaged plan
+    r = _imagenet(raw, out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _tree(out) == tree
