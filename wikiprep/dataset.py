@@ -24,6 +24,7 @@ from shardkit.atomic import remove_leftover_temps, sha256_file, write_bytes, wri
 from shardkit.errors import PrepError
 from shardkit.manifest import write_manifest
 from shardkit.progress import Progress
+from shardkit.verified import read_committed
 
 from . import instances, layouts
 from .layouts import Layout
@@ -176,7 +177,7 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
     claim_folder(folder, spec)
     # Every shard is committed: a temporary still here was left by a lost node or a duplicate run.
     remove_leftover_temps(folder)
-    write_bytes(folder / "vocab.txt", Path(vocab_path).read_bytes())
+    write_bytes(folder / "vocab.txt", read_committed(vocab_path))  # a trained one checked against its receipt
     shards, totals, counts = [], {}, {}
     for i, st in enumerate(shard_stats):
         counts[spec.shard_name(i)] = st["instances"]

@@ -55,6 +55,7 @@ from shardkit.errors import PrepError
 from shardkit.example import varint
 from shardkit.progress import Progress, Stage, part_of, throttle
 from shardkit.records import frame_record
+from shardkit.verified import open_committed
 
 from . import layouts, speedups
 from .layouts import Layout
@@ -124,7 +125,7 @@ def _line_blocks(path: str, counter: list[int], on_block: Callable[[], None] | N
     returns one), decoded as UTF-8 (bad bytes dropped, as `convert_to_unicode` does). Adds the bytes read
     to `counter[0]`, then calls `on_block()` (when given) once per block."""
     try:
-        f = open(path, "rb")
+        f = open_committed(path)  # a committed sentence shard is checked against its receipt as it is read
     except FileNotFoundError:
         raise PrepError(f"{path}: input file not found") from None
     except IsADirectoryError:

@@ -30,6 +30,7 @@ from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO
 from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
 from shardkit.progress import Progress, Stage, throttle
+from shardkit.verified import open_committed, read_committed
 
 from .corpus import Document
 from .punkt_regex import SPACE, PlainRegexLanguageVars, PlainRegexToken
@@ -519,7 +520,7 @@ def train_punkt(sample: list[str], out_path: str | Path, *, source: str = "the e
 def load_punkt(path: str | Path) -> PunktSplitter:
     path = Path(path)
     try:
-        model = json.loads(path.read_text(encoding="utf-8"))
+        model = json.loads(read_committed(path).decode("utf-8"))
         params = PunktParameters()
         params.abbrev_types = set(model["abbrev_types"])
         params.collocations = {tuple(c) for c in model["collocations"]}
@@ -660,7 +661,11 @@ def merge_shard(bucket_paths: list[str | Path], out_path: str | Path, progress: 
         for path, size in zip(bucket_paths, sizes):
             if progress is not None:
                 progress(done, total)
-            with open(path, "rb") as f:
+            try:
+                f = open_committed(path)  # a bucket is checked against its split's receipt as it is copied
+            except FileNotFoundError:
+                raise PrepError(f"{path}: sentence bucket not found (its piece's split was removed?)") from None
+            with f:
                 for line in f:
                     out.write(line)
                     if line == b"\n":

@@ -27,6 +27,7 @@ from array import array
 from pathlib import Path
 
 from shardkit.errors import PrepError
+from shardkit.verified import read_committed
 
 UNK, CLS, SEP, MASK, PAD = "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"
 MAX_INPUT_CHARS_PER_WORD = 200
@@ -117,7 +118,7 @@ class Vocab:
     def __init__(self, path: str | Path, require_unk: bool = False):
         self.path = Path(path)
         try:
-            data = self.path.read_bytes()
+            data = read_committed(self.path)  # a trained vocabulary is checked against its receipt
         except FileNotFoundError:
             raise PrepError(f"{self.path}: vocabulary file not found") from None
         except OSError as e:

@@ -25,6 +25,7 @@ from tokenizers import normalizers, pre_tokenizers
 from shardkit.atomic import write_text
 from shardkit.errors import PrepError
 from shardkit.progress import Progress, Stage, throttle
+from shardkit.verified import Remainders, open_committed
 
 from .tokenization import Vocab
 
@@ -51,24 +52,31 @@ def count_words(files: list[str | Path], *, lowercase: bool = True, max_chars: i
     progress = throttle(progress)
     total = sum(min(budget, _size(p)) for p in files)
     before = 0  # characters taken from the files before this one
-    for path in files:
-        taken = 0
-        try:
-            f = open(path, encoding="utf-8", errors="ignore")
-        except FileNotFoundError:
-            raise PrepError(f"{path}: no such file (vocabulary training input)") from None
-        with f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                taken += len(line)
-                counts.update(w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(line)))
-                if progress is not None:
-                    progress(min(before + taken, total), total)  # a file's last line may pass its share
-                if taken >= budget:
-                    break
-        before += taken
+    # A committed file is checked against its receipt: what the share reads as it reads it, the rest in a
+    # thread while the next file is counted (`Remainders`), before any vocabulary is made of it.
+    with Remainders() as remainders:
+        for path in files:
+            taken = 0
+            try:
+                f = open_committed(path, "r", encoding="utf-8", errors="ignore")
+            except FileNotFoundError:
+                raise PrepError(f"{path}: no such file (vocabulary training input)") from None
+            try:
+                for line in f:
+                    line = line.strip()
+                    if not line:
+                        continue
+                    taken += len(line)
+                    counts.update(w for w, _ in pre.pre_tokenize_str(normalizer.normalize_str(line)))
+                    if progress is not None:
+                        progress(min(before + taken, total), total)  # a file's last line may pass its share
+                    if taken >= budget:
+                        break
+            except BaseException:
+                f.close()
+                raise
+            remainders.add(f)
+            before += taken
     if progress is not None:
         progress(before, before)
     return counts

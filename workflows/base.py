@@ -31,6 +31,7 @@ from shardkit.errors import PrepError
 from shardkit.manifest import REPORT_DIR
 from shardkit.progress import Progress, status, throttle
 from shardkit.signals import raise_on_sigterm
+from shardkit.verified import check_file
 
 logger = logging.getLogger("luigi-interface")
 
@@ -310,6 +311,13 @@ class ReceiptTarget(luigi.Target):
         for path, problem in self.damage():
             logger.warning("%s: %s; removed, to be made again", path, problem)
             remove_output(path)
+
+    def verify(self) -> None:
+        """Hash the file against its receipt (`shardkit.verified.check_file`): for a task that reads only part of
+        it (a sample), before it commits anything made of it. A damaged file is removed with its receipt and
+        named in the PrepError (Damaged) raised; the task's rerun makes it again. Readers that read a file whole
+        need not call this: they open it with `shardkit.verified.open_committed`, which hashes as they read."""
+        check_file(self.path)
 
 
 def _size_problem(path: Path, size) -> str:

@@ -166,6 +166,8 @@ class TrainPunkt(CorpusTask):
             if made is not None:
                 yield made
             sample.add(piece.name, source.documents(piece, min_chars=self.min_doc_chars))
+            if made is not None:  # the sample read part of it: the rest is hashed against its receipt too
+                made.output().verify()
             if sample.full:
                 break
         stats = sentences.train_punkt(sample.texts, self.output().path, source=sample.source)
@@ -566,15 +568,20 @@ class PretrainDataset(PretrainTask):
 
     def requires(self):
         if self.output_layout.finishing:
-            return [self.stage(PretrainPart, part=i) for i in range(self.num_shards)]
-        return [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
+            files = [self.stage(PretrainPart, part=i) for i in range(self.num_shards)]
+        else:
+            files = [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
+        # The vocabulary too (when trained), which finalize copies: one found damaged there is removed, and made
+        # again by the rerun even though every shard is complete.
+        vocab = self.vocab_task()
+        return {"files": files, **({} if vocab is None else {"vocab": vocab})}
 
     def output(self):
         return {"manifest": ManifestTarget(self.dataset_dir / "MANIFEST.json"), "report": report_target(self.dataset_dir)}
 
     def dataset_files(self) -> list[ReceiptTarget]:
         """The targets of the dataset's record files: the shards, or the finishing parts' files."""
-        return flatten(self.input())
+        return flatten(self.input()["files"])
 
     def run(self):
         manifest = self.output()["manifest"]

@@ -8,9 +8,9 @@ import luigi
 from luigi.util import inherits, requires
 
 from imagenet_prep import convert, stats
-from shardkit.atomic import remove_stale_temps, write_receipt
+from shardkit.atomic import receipt_path, remove_stale_temps, write_receipt
 
-from .base import IntParameter, PrepTask, ReceiptTarget, commit_report, report_target
+from .base import IndexedTarget, IntParameter, ManifestTarget, PrepTask, ReceiptTarget, commit_report, report_target
 
 
 class ImageNetTask(PrepTask):
@@ -52,6 +52,19 @@ class ImageNetPlan(ImageNetTask):
         write_receipt(self.output().path)
 
 
+class ShardTarget(IndexedTarget):
+    """A shard and its index file (`idx/<shard>.idx`), which its receipt's result lists with its size: complete
+    only while both keep their sizes; a damaged one is removed with the other, and both are written again."""
+
+    def _index(self, held: dict) -> tuple[Path, int] | None:
+        folder = self.path.parent
+        index = convert.index_path(folder, self.path.name)
+        try:
+            return index, held["result"]["files"][index.relative_to(folder).as_posix()]["size"]
+        except (KeyError, TypeError):
+            return None  # a receipt from before results listed the files: the shard alone is checked
+
+
 @requires(ImageNetPlan)
 class ImageNetShard(ImageNetTask):
     """One shard of one split, as the plan fixes it: `{split}-{i:05d}-of-{n:05d}` and its index."""
@@ -61,7 +74,7 @@ class ImageNetShard(ImageNetTask):
 
     def output(self):
         n = self.train_shards if self.split == "train" else self.validation_shards
-        return ReceiptTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n))
+        return ShardTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n))
 
     def run(self):
         remove_stale_temps(self.output().path)
@@ -94,14 +107,17 @@ class ImageNet(ImageNetTask):
         convert.check_output_dir(self.output_dir, self.clone(ImageNetPlan).make_plan)
 
     def output(self):
-        return {"manifest": ReceiptTarget(Path(self.output_dir) / "MANIFEST.json"),
+        return {"manifest": ManifestTarget(Path(self.output_dir) / "MANIFEST.json"),
                 "report": report_target(self.output_dir)}
 
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
             plan = convert.read_plan(self.input()["plan"].path)
-            convert.finalize(plan, self.output_dir, [t.receipt()["result"] for t in self.input()["shards"]])
+            # Made again (a file of the finished dataset was damaged): every file hashed, no receipt's hash copied.
+            repairing = receipt_path(manifest.path).exists()
+            convert.finalize(plan, self.output_dir, [t.receipt()["result"] for t in self.input()["shards"]],
+                             rehash=repairing)
             write_receipt(manifest.path)
         if self.output()["report"].exists():  # only the manifest was missing: the report stands
             return

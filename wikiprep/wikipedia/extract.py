@@ -91,6 +91,7 @@ from wikiextractor import extract as wx
 from shardkit.atomic import atomic_write
 from shardkit.errors import PrepError, excerpt
 from shardkit.progress import Progress, Stage, throttle
+from shardkit.verified import check_file, open_committed, verify_rest
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,8 @@ class _ByteRange(io.RawIOBase):
     """Bytes [start, end) of an open file, as a file of their own (for BZ2File)."""
 
     def __init__(self, f, start: int, end: int):
-        f.seek(start)
+        if f.tell() != start:  # a whole part is read from its start, through a reader that cannot seek
+            f.seek(start)
         self.f, self.left = f, end - start
 
     def readable(self) -> bool:
@@ -485,7 +487,9 @@ class PartReader:
         parser = ET.XMLParser(target=target)
         quiet = 0  # bytes fed since the parser last reported anything
         try:
-            raw = open(self.path, "rb")
+            # A whole part is checked against its download's receipt as it is read; a slice, which reads only
+            # its range, by bz2's own checksums, and against the receipt when they fail (`_damage_first`).
+            raw = open_committed(self.path) if self.byte_range is None else open(self.path, "rb")
         except OSError as e:
             raise PrepError(f"cannot open dump part {self.path}: {e.strerror}") from None
         with raw:
@@ -495,9 +499,11 @@ class PartReader:
                 try:
                     block, own = next(stream, (b"", True))
                 except EOFError:
+                    self._damage_first(raw)
                     raise PrepError(f"dump part {name} is truncated: the bz2 stream ends early "
                                     f"after {self.xml_bytes} bytes of XML") from None
                 except OSError as e:
+                    self._damage_first(raw)
                     raise PrepError(f"dump part {name} is not a valid bz2 file ({e})") from None
                 if first:
                     _check_encoding(block, name)
@@ -508,6 +514,7 @@ class PartReader:
                 try:
                     parser.feed(block)
                 except ET.ParseError as e:
+                    self._damage_first(raw)
                     raise PrepError(f"dump part {name} is not well-formed XML or not UTF-8/UTF-16 "
                                     f"text (expat: {e})") from None
                 # Text arrives in pieces as it is fed; only a single token (a tag, an attribute, a
@@ -524,8 +531,17 @@ class PartReader:
         try:
             parser.close()
         except ET.ParseError as e:
+            self._damage_first(raw)
             raise PrepError(f"dump part {name} ends inside the XML ({e}): truncated or damaged") from None
         yield from self._pages(target)
+
+    def _damage_first(self, raw) -> None:
+        """Before an error about the part's content: Damaged if the part differs from its receipt, so that a
+        download damaged since it was verified is named, removed and fetched again, not blamed on the dump."""
+        if self.byte_range is None:
+            verify_rest(raw)
+        else:
+            check_file(self.path)
 
     def _pages(self, target: _PageTarget) -> Iterator[Page]:
         events, target.events = target.events, []

@@ -19,6 +19,7 @@ from typing import Iterator
 
 from shardkit.atomic import read_receipt
 from shardkit.errors import PrepError
+from shardkit.verified import open_committed, verify_rest
 
 from ..corpus import Document, Source
 from . import dump
@@ -37,23 +38,30 @@ def read_extracted(path: str | Path, consumed: list[int] | None = None) -> Itera
     given, follows the bytes of the file read so far (to within the 8 KiB the text layer reads ahead)."""
     path = Path(path)
     try:
-        f = open(path, encoding="utf-8")
+        f = open_committed(path, "r", encoding="utf-8")  # checked against its receipt as it is read
     except FileNotFoundError:
         raise PrepError(f"{path}: extracted part not found") from None
     with f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-                doc["id"] = int(doc["id"])
-                if not isinstance(doc["text"], str):
-                    raise TypeError
-            except (ValueError, KeyError, TypeError):
-                raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") from None
-            if consumed is not None:
-                consumed[0] = f.buffer.tell()
-            yield doc
+        n = 0
+        try:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    doc = json.loads(line)
+                    doc["id"] = int(doc["id"])
+                    if not isinstance(doc["text"], str):
+                        raise TypeError
+                except (ValueError, KeyError, TypeError):
+                    verify_rest(f)  # damage is named as such, not as a bad line
+                    raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") \
+                        from None
+                if consumed is not None:
+                    consumed[0] = f.buffer.tell()
+                yield doc
+        except UnicodeDecodeError:
+            verify_rest(f)
+            raise PrepError(f"{path}: line {n + 1} is not UTF-8 text") from None
 
 
 def extracted_documents(path: str | Path, *, min_chars: int) -> Iterator[Document]:
