@@ -156,7 +156,7 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
 
 
 def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shard_stats: list[dict],
-             sentence_stats: dict, *, known_files: dict[str, dict] | None = None) -> dict:
+             sentence_stats: dict, *, known_files: dict[str, dict] | None = None, corpus: dict | None = None) -> dict:
     """Close a dataset whose shards are all written: vocab.txt, stats.json, then MANIFEST.json (returned).
 
     `shard_stats[i]` is what `write_shard` returned for shard i (`spec.shard_name(i)`);
@@ -167,6 +167,8 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
     committed by now). PrepError when the folder holds another dataset, or when no shard has an instance.
     `known_files` ({name: {"sha256", "size"}}, the shard and index files as their writers hashed them)
     spares reading them again for MANIFEST.json (`build_manifest`); files not in it are hashed here.
+    `corpus`: the corpus' own figures (files skipped, documents per source), in stats.json as "corpus" when
+    there are any.
     """
     folder = Path(folder)
     claim_folder(folder, spec)
@@ -183,6 +185,8 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
                 totals[k] = totals.get(k, 0) + v
     if totals.get("instances", 0) == 0:
         raise PrepError(f"{folder}: the corpus gave no instances; is the dump empty or --min-doc-chars too high?")
-    write_json(folder / "stats.json",
-               {"total": totals, "shards": shards, "dropped_documents": sentence_stats["dropped"]})
+    figures = {"total": totals, "shards": shards, "dropped_documents": sentence_stats["dropped"]}
+    if corpus:
+        figures["corpus"] = corpus
+    write_json(folder / "stats.json", figures)
     return write_manifest(folder, counts, extra={"dataset": spec.description}, known_files=known_files)

@@ -48,7 +48,7 @@ def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
     vocab = dataset.vocab_task()
     return {
         "download": dataset.corpus_inputs(),
-        "punkt": [dataset.stage(TrainPunkt)],
+        "punkt": [dataset.stage(TrainPunkt)] if dataset.needs_punkt() else [],
         "pieces": [dataset.piece_task(dataset.stages[SplitPiece], piece) for piece in dataset.pieces()],
         "sentences": [dataset.stage(SentenceShard, shard=i) for i in range(dataset.num_shards)],
         "vocab": [vocab] if vocab is not None else [],
@@ -95,7 +95,9 @@ class SlurmStage(PretrainDataset):
         super().check_before_work()
         elements = stage_elements(self.dataset())
         if not elements[self.stage]:
-            raise PrepError(f"stage {self.stage}: nothing to run with these parameters (a --vocab-file is given)")
+            why = {"vocab": "a --vocab-file is given", "punkt": "the corpus comes split into sentences",
+                   "download": "the corpus is on disk already"}.get(self.stage, "no element")
+            raise PrepError(f"stage {self.stage}: nothing to run with these parameters ({why})")
         if not 0 <= self.index < len(elements[self.stage]):
             raise PrepError(f"--index {self.index}: stage {self.stage} has elements 0 to "
                             f"{len(elements[self.stage]) - 1}")
