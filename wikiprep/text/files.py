@@ -19,6 +19,7 @@ import codecs
 import functools
 import gzip
 import hashlib
+import io
 import logging
 import lzma
 import os
@@ -54,7 +55,7 @@ def open_text(path: str | os.PathLike) -> IO[bytes]:
             return lzma.open(path, "rb")
         if path.endswith(".zst"):
             import zstandard
-            return zstandard.open(path, "rb")
+            return io.BufferedReader(zstandard.open(path, "rb"))  # its reader has no readline
         return open(path, "rb")
     except OSError as e:
         raise PrepError(f"{path}: cannot read ({e.strerror or e})") from None
@@ -105,10 +106,11 @@ def check_file(path: str | os.PathLike) -> dict:
                 block = block[len(BOM):]
                 text_bytes += len(BOM)
             first = False
+            pending = len(decoder.getstate()[0])  # the bytes of a character the last block cut, before `block`
             try:
                 text = decoder.decode(block, final=not block)
             except UnicodeDecodeError as e:
-                offset = text_bytes + e.start
+                offset = text_bytes - pending + e.start
                 return {**entry, "skipped": "not_utf8",
                         "detail": f"not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {offset})"}
             text_bytes += len(block)

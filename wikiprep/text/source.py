@@ -120,16 +120,19 @@ class TextSource(Source):
                 files.log_skipped(self.text_dir, held["files"])
             else:
                 held = files.inventory(self.text_dir)
+                self._check_strict(held)  # before anything is written
                 if not self.plan:
                     self.work_dir.mkdir(parents=True, exist_ok=True)
                     write_json(path, held)
                     write_receipt(path)
             _CHECKED[key] = held
-        if self.strict_utf8:
-            bad = [f for f in held["files"] if f.get("skipped") == "not_utf8"]
-            if bad:
-                raise PrepError(f"{Path(self.text_dir) / bad[0]['path']}: {bad[0]['detail']} (--text-strict-utf8)")
+        self._check_strict(held)
         return held
+
+    def _check_strict(self, held: dict) -> None:
+        bad = [f for f in held["files"] if f.get("skipped") == "not_utf8"] if self.strict_utf8 else []
+        if bad:
+            raise PrepError(f"{Path(self.text_dir) / bad[0]['path']}: {bad[0]['detail']} (--text-strict-utf8)")
 
     def kept_files(self) -> list[tuple[int, dict]]:
         """(index, entry) of every file not skipped, in corpus order."""
