@@ -42,6 +42,7 @@ TIERS = {
     "test_interrupts": "unit",
     "test_layout": "unit",
     "test_luigid": "daemons",
+    "test_mix": ("e2e", {"test_a_bad_recipe_is_one_line_naming_the_file_and_the_source": "unit"}),
     "test_plain_decode": "unit",
     "test_plan": "daemons",
     "test_pool": "unit",

@@ -121,11 +121,26 @@ def check_folder(folder: str | Path, spec: DatasetSpec) -> None:
         return
     held = {**layouts.DEFAULT_DESCRIPTION, **held}
     description = {**layouts.DEFAULT_DESCRIPTION, **spec.description}
-    differ = [f"{key} {held.get(key)!r} there, {value!r} here" for key, value in sorted(description.items())
-              if key not in spec.same_bytes and held.get(key) != value]
+    differ = []
+    for key, value in sorted(description.items()):
+        if key not in spec.same_bytes:
+            differ += differences(key, held.get(key), value, spec.same_bytes)
     if differ:
         raise PrepError(f"{folder}: holds a dataset made with other parameters ({'; '.join(differ)}); "
                         f"give another --data-dir, or remove {folder} to rebuild it")
+
+
+def differences(key: str, held, value, same_bytes: tuple[str, ...]) -> list[str]:
+    """How `held` (a folder's dataset.json value) differs from `value`, each as "<key> <held> there, <value> here";
+    within two tables (a text corpus' files, a mixture's sources) only the entries that differ, by their dotted
+    key, `same_bytes` keys left out at every depth."""
+    if not (isinstance(held, dict) and isinstance(value, dict)):
+        return [] if held == value else [f"{key} {held!r} there, {value!r} here"]
+    found = []
+    for sub in sorted(set(held) | set(value)):
+        if sub not in same_bytes:
+            found += differences(f"{key}.{sub}", held.get(sub), value.get(sub), same_bytes)
+    return found
 
 
 def claim_folder(folder: str | Path, spec: DatasetSpec) -> None:

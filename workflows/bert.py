@@ -113,6 +113,11 @@ class CorpusTask(PrepTask):
         """Whether the pieces' documents are split into sentences with Punkt (not when they come split already)."""
         return True
 
+    def identity(self) -> dict:
+        """What names the corpus' content when it is one source of a mixture (its dataset.json): its description,
+        and whatever more pins its bytes (a dump's part checksums)."""
+        return self.source().description()
+
     def corpus_figures(self) -> dict:
         """Figures of the corpus for the dataset's stats.json, under "corpus" (files skipped, documents per
         source of a mixture); nothing for a corpus that has none."""

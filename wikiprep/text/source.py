@@ -111,6 +111,7 @@ class TextSource(Source):
             path = self.inventory_path
             if read_receipt(path) is not None:
                 held = json.loads(path.read_text(encoding="utf-8"))
+                self._check_reading(held)
                 changed = files.changes(self.text_dir, held)
                 if changed:
                     shown = "; ".join(changed[:5]) + (f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
@@ -119,7 +120,7 @@ class TextSource(Source):
                                     f"or remove {self.work_dir} to build it again")
                 files.log_skipped(self.text_dir, held["files"])
             else:
-                held = files.inventory(self.text_dir)
+                held = {**files.inventory(self.text_dir), **self._reading()}
                 self._check_strict(held)  # before anything is written
                 if not self.plan:
                     self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +129,18 @@ class TextSource(Source):
             _CHECKED[key] = held
         self._check_strict(held)
         return held
+
+    def _reading(self) -> dict:
+        """How the files are read into documents: what the work under DATA/NAME was made with."""
+        return {"text_format": self.text_format, "text_field": self.text_field if self.text_format == "jsonl" else None}
+
+    def _check_reading(self, held: dict) -> None:
+        made = {key: held.get(key) for key in self._reading()}
+        if made != self._reading():
+            differ = "; ".join(f"--{key.replace('_', '-')} {made[key]!r} there, {value!r} here"
+                               for key, value in self._reading().items() if made[key] != value)
+            raise PrepError(f"{self.work_dir}: made from {self.text_dir} read otherwise ({differ}); give "
+                            f"another --name, or remove {self.work_dir} to build it again")
 
     def _check_strict(self, held: dict) -> None:
         bad = [f for f in held["files"] if f.get("skipped") == "not_utf8"] if self.strict_utf8 else []
