@@ -116,6 +116,14 @@ text-128 text-384 text-512 plan-text-128 plan-text-384 plan-text-512: setup
 	  PretrainText$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) $(TEXT_ARGS) \
 	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))
 
+# The Slurm job chain of a text corpus (docs/cluster.md, "Slurm"), the variables of text-128.
+.PHONY: slurm-text-128 slurm-text-384 slurm-text-512
+slurm-text-128 slurm-text-384 slurm-text-512: setup
+	@if [ -z "$(TEXT_DIR)" ] || [ -z "$(TEXT_FORMAT)" ]; then \
+	  echo "make $@: set TEXT_DIR=<folder of text files> and TEXT_FORMAT=books|sentences|lines|jsonl" >&2; exit 2; fi
+	WIKIPREP_VENV=$(abspath $(VENV)) SBATCH_ARGS='$(SBATCH_ARGS)' SLURM_MAX_RUNNING='$(SLURM_MAX_RUNNING)' \
+	  cluster/slurm/submit.sh $(subst slurm-,,$@) --data-dir $(DATA_DIR) $(TEXT_ARGS)
+
 # A mixture of corpora (docs/tasks.md, mixtures): make mix-128 RECIPE=wiki-books.toml; plan-mix-128 is its dry run.
 RECIPE ?=
 .PHONY: mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512

@@ -106,7 +106,7 @@ class SlurmStage(PretrainDataset):
             if missing:
                 raise PrepError(f"stage {self.stage} needs stage {stage} complete first (incomplete: "
                                 f"--array={array_spec(missing)}); submit the chain again "
-                                f"(make slurm-wiki-{self.max_seq_length} ...), it runs only what is missing")
+                                f"(the same make slurm-... command), it runs only what is missing")
 
     def requires(self):
         return stage_elements(self.dataset())[self.stage][self.index]

@@ -19,7 +19,7 @@ import luigi
 from wikiprep.text import readers
 from wikiprep.text.source import TextPiece, TextSource
 
-from . import bert
+from . import bert, slurm
 from .base import BoolParameter, ChoiceParameter, FloatParameter, IntParameter
 
 
@@ -123,3 +123,17 @@ class PretrainText384(TextPretrainDataset, bert.Pretrain384):
 
 class PretrainText512(TextPretrainDataset, bert.Pretrain512):
     """A text corpus' dataset of sequences of 512 tokens, 76 predictions (`make text-512`)."""
+
+
+class SlurmTextStage128(slurm.SlurmStage, PretrainText128):
+    """One element of one stage of a text corpus' Slurm chain (workflows.slurm; `make slurm-text-128`)."""
+
+    dataset_class = PretrainText128
+
+
+class SlurmTextStage384(slurm.SlurmStage, PretrainText384):
+    dataset_class = PretrainText384
+
+
+class SlurmTextStage512(slurm.SlurmStage, PretrainText512):
+    dataset_class = PretrainText512
