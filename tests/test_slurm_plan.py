@@ -105,7 +105,8 @@ def test_a_text_corpus_has_its_own_chain(tmp_path, fmt, punkt):
     corpus.mkdir()
     for i in range(3):
         (corpus / f"{i}.txt").write_text(f"Document {i}. It has two sentences.\n", encoding="utf-8")
-    dataset = PretrainText128(data_dir=str(tmp_path / "data"), text_dir=str(corpus), text_format=fmt, num_shards=2)
+    dataset = PretrainText128(data_dir=str(tmp_path / "data"), text_dir=str(corpus), text_format=fmt, num_shards=2,
+                              text_piece_mb=0)  # a piece per file
     families = {stage: [t.get_task_family() for t in tasks] for stage, tasks in stage_elements(dataset).items()}
     assert families["download"] == [] and families["pieces"] == ["TextSplitPiece"] * 3
     assert families["punkt"] == (["TextTrainPunkt"] if punkt else [])

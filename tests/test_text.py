@@ -232,6 +232,13 @@ def test_two_workers_and_other_cuts_give_the_same_bytes(built, books, tmp_path):
     run = _text_run(tmp_path / "two", books, workers=2)
     assert run.returncode == 0, run.stderr[-3000:]
     assert _dataset_files(tmp_path / "two" / "books" / "seq128_mask20_dup5") == _dataset_files(folder)
+    # A piece per file rather than the small files read together: the same records.
+    run = _text_run(tmp_path / "each", books, "--text-piece-mb", "0", workers=2)
+    assert run.returncode == 0, run.stderr[-3000:]
+    each = tmp_path / "each" / "books"
+    assert len(list(each.glob("split/*/0*"))) == len(PARAGRAPHS) + 4
+    for name in ("text_00000.tfrecord", "text_00001.tfrecord", "stats.json"):
+        assert (each / "seq128_mask20_dup5" / name).read_bytes() == (folder / name).read_bytes(), name
 
 
 def test_files_cut_in_byte_ranges_give_the_same_bytes(tmp_path):
@@ -332,6 +339,6 @@ def test_the_dry_run_writes_nothing(books, tmp_path):
                           "--num-shards", "2"], capture_output=True, text=True, cwd=REPO,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert out.returncode == 0, out.stderr
-    assert f"files: {len(PARAGRAPHS) + 7} (3 skipped), pieces: {len(PARAGRAPHS) + 4}, from {books}, read now and " \
-           "not saved" in out.stdout
+    # The small files are read together: one piece.
+    assert f"files: {len(PARAGRAPHS) + 7} (3 skipped), pieces: 1, from {books}, read now and not saved" in out.stdout
     assert "TextTrainPunkt" in out.stdout and not (tmp_path / "data").exists()

@@ -6,8 +6,8 @@
 The BERT stages of `workflows.bert`, bound to a `wikiprep.text.source.TextSource`: TextTrainPunkt ->
 TextSplitPiece -> TextSplit -> TextSentenceShard -> (TextSentenceShards -> TextTrainVocab, without
 --vocab-file) -> TextPretrainShard -> TextPretrainDataset, in DATA/NAME/ (NAME: --name, else the text
-folder's own name). A piece is a file, or a byte range of a large one (`--file-index`, `--slice`,
-`--slices`). The `sentences` format is split already: it has no Punkt model.
+folder's own name). A piece is a run of small files (`--file-index` to `--last-file`), or a byte range of a
+large one (`--file-index`, `--slice`, `--slices`). The `sentences` format is split already: it has no Punkt model.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class TextTask(bert.CorpusTask):
         return self.source().work_dir
 
     def piece_task(self, cls, piece: TextPiece):
-        return self.clone(cls, file_index=piece.index, slice=piece.slice, slices=piece.slices)
+        return self.clone(cls, file_index=piece.index, last_file=piece.last, slice=piece.slice, slices=piece.slices)
 
     def needs_punkt(self) -> bool:
         return self.source().needs_punkt()
@@ -83,13 +83,14 @@ class TextSentenceShards(TextTask, bert.SentenceShards):
 class TextSplitPiece(TextTask, bert.SplitPiece):
     """One file (or byte range of one) read, split into sentences and spread over the shards (bert.SplitPiece)."""
 
-    file_index = IntParameter(min_value=0, description="the file, by its place in the corpus' sorted order")
+    file_index = IntParameter(min_value=0, description="the (first) file, by its place in the corpus' sorted order")
+    last_file = luigi.OptionalIntParameter(default=None, description="a run of files: the last one")
     slice = IntParameter(default=0, min_value=0)
     slices = IntParameter(default=1, min_value=1)
 
     @property
     def piece(self) -> TextPiece:
-        return self.source().piece(self.file_index, self.slice, self.slices)
+        return self.source().piece(self.file_index, self.slice, self.slices, self.last_file)
 
 
 class TextSplit(TextTask, bert.SplitCorpus):

@@ -14,6 +14,7 @@ named in the log, and counted by reason in the dataset's stats.json (`figures`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -31,21 +32,27 @@ INVENTORY = "text_files.json"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 # Inventories checked in this process, by path: a Luigi worker asks for the pieces in every task's complete().
 _CHECKED: dict[tuple[str, str], dict] = {}
+# The pieces of a checked inventory, by (inventory, format, piece size): asked for by every piece task.
+_PIECES: dict[tuple[str, str, float], list] = {}
+_PIECE_SETS: dict[tuple[str, str, float], frozenset] = {}
 
 
 @dataclass(frozen=True)
 class TextPiece:
-    """The byte range `slice` of `slices` equal ranges of file `index` (in the corpus' sorted order), `path`
-    relative to the corpus folder. Its name is the file's index and, when the file is cut, the range's."""
+    """Files `index` to `last` (in the corpus' sorted order; `last` None: `index` alone) read whole, or the byte
+    range `slice` of `slices` equal ranges of file `index`. Its name is the first file's index, with the last's
+    or the range's."""
 
     index: int
-    path: str
     slice: int = 0
     slices: int = 1
+    last: int | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.index:06d}" if self.slices == 1 else f"{self.index:06d}_{self.slice:04d}of{self.slices:04d}"
+        if self.slices > 1:
+            return f"{self.index:06d}_{self.slice:04d}of{self.slices:04d}"
+        return f"{self.index:06d}" if self.last in (None, self.index) else f"{self.index:06d}-{self.last:06d}"
 
 
 def check_name(name: str) -> None:
@@ -157,42 +164,78 @@ class TextSource(Source):
                 "text_piece_mb": self.piece_mb, "text_files": files.identity(self.inventory()["files"])}
 
     def pieces(self) -> list[TextPiece]:
+        key = (str(self.inventory_path), self.text_format, self.piece_mb)
+        if key not in _PIECES:
+            _PIECES[key] = self._cut()
+        return _PIECES[key]
+
+    def _cut(self) -> list[TextPiece]:
+        """Runs of consecutive files of at most --text-piece-mb together, each file larger than that alone, cut
+        into byte ranges when its format allows (uncompressed, one document per line or per run of lines)."""
         out = []
         ranged = self.text_format in readers.RANGED
+        limit = self.piece_mb * 1e6 if self.piece_mb > 0 else 0
+        group: list[int] = []
+        group_bytes = 0
+
+        def flush() -> None:
+            nonlocal group, group_bytes
+            if group:
+                out.append(TextPiece(group[0], last=group[-1] if len(group) > 1 else None))
+            group, group_bytes = [], 0
+
         for index, entry in self.kept_files():
-            slices = 1
-            if ranged and not files.is_compressed(entry["path"]) and self.piece_mb > 0:
-                slices = max(1, math.ceil(entry["size"] / (self.piece_mb * 1e6)))
-            out += [TextPiece(index, entry["path"], k, slices) for k in range(slices)]
+            size = entry["size"]
+            if limit and size > limit and ranged and not files.is_compressed(entry["path"]):
+                flush()
+                slices = math.ceil(size / limit)
+                out += [TextPiece(index, k, slices) for k in range(slices)]
+                continue
+            if group and (not limit or group_bytes + size > limit):
+                flush()
+            group.append(index)
+            group_bytes += size
+        flush()
         if not out:
             skipped = files.skipped_counts(self.inventory()["files"])
             raise PrepError(f"{self.text_dir}: every file is skipped ({', '.join(f'{n} {r}' for r, n in skipped.items() if n)})")
         return out
 
-    def piece(self, index: int, slice_: int, slices: int) -> TextPiece:
+    def piece(self, index: int, slice_: int, slices: int, last: int | None = None) -> TextPiece:
         """The piece that Luigi parameters name; PrepError for one that is not of this corpus."""
-        entries = self.inventory()["files"]
-        if not 0 <= index < len(entries) or entries[index].get("skipped") or not 0 <= slice_ < slices:
-            raise PrepError(f"--file-index {index} --slice {slice_} --slices {slices}: not a piece of {self.name}")
-        return TextPiece(index, entries[index]["path"], slice_, slices)
+        piece = TextPiece(index, slice_, slices, None if last == index else last)
+        key = (str(self.inventory_path), self.text_format, self.piece_mb)
+        if piece not in _PIECE_SETS.setdefault(key, frozenset(self.pieces())):
+            raise PrepError(f"--file-index {index} --last-file {last} --slice {slice_} --slices {slices}: not a piece "
+                            f"of {self.name}")
+        return piece
 
-    def _range(self, piece: TextPiece) -> tuple[int, int | None]:
-        size = self.inventory()["files"][piece.index]["size"]
+    def _parts(self, piece: TextPiece) -> list[tuple[dict, int, int | None]]:
+        """(file entry, start, stop) of each file the piece reads, in order; stop None: to its end."""
+        entries = self.inventory()["files"]
         if piece.slices == 1:
-            return 0, None
+            last = piece.index if piece.last is None else piece.last
+            return [(e, 0, None) for e in entries[piece.index:last + 1] if not e.get("skipped")]
+        size = entries[piece.index]["size"]
         cut = [size * k // piece.slices for k in range(piece.slices + 1)]
-        return cut[piece.slice], (None if piece.slice == piece.slices - 1 else cut[piece.slice + 1])
+        stop = None if piece.slice == piece.slices - 1 else cut[piece.slice + 1]
+        return [(entries[piece.index], cut[piece.slice], stop)]
 
     def piece_size(self, piece: TextPiece) -> int:
-        entry = self.inventory()["files"][piece.index]
-        start, stop = self._range(piece)
-        total = entry.get("text_bytes", entry["size"]) if files.is_compressed(piece.path) else entry["size"]
-        return (total if stop is None else stop) - start
+        total = 0
+        for entry, start, stop in self._parts(piece):
+            size = entry.get("text_bytes", entry["size"]) if files.is_compressed(entry["path"]) else entry["size"]
+            total += (size if stop is None else stop) - start
+        return total
 
     def documents(self, piece: TextPiece, *, min_chars: int) -> Iterator[Document]:
-        start, stop = self._range(piece)
-        return readers.documents(self.text_format, Path(self.text_dir) / piece.path, piece.path, start, stop,
-                                 text_field=self.text_field, min_chars=min_chars)
+        done = 0  # the bytes of the piece's earlier files, for each document's `read`
+        for entry, start, stop in self._parts(piece):
+            for doc in readers.documents(self.text_format, Path(self.text_dir) / entry["path"], entry["path"], start,
+                                         stop, text_field=self.text_field, min_chars=min_chars):
+                yield dataclasses.replace(doc, read=done + doc.read) if done else doc
+            size = entry.get("text_bytes", entry["size"]) if files.is_compressed(entry["path"]) else entry["size"]
+            done += (size if stop is None else stop) - start
 
     def needs_punkt(self) -> bool:
         """Whether its documents are split into sentences (every format but `sentences`, which is already)."""
