@@ -136,6 +136,40 @@ plan-128 plan-384 plan-512: setup
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS)
 
+# A folder of text files (docs/tasks.md, text corpora): make text-128 TEXT_DIR=/data/books TEXT_FORMAT=books
+# [NAME=books] [TEXT_FIELD=text], the variables of wiki-128 otherwise; plan-text-128 is its dry run.
+TEXT_DIR    ?=
+TEXT_FORMAT ?=
+TEXT_FIELD  ?=
+NAME        ?=
+TEXT_ARGS = --text-dir $(TEXT_DIR) --text-format $(TEXT_FORMAT) $(if $(TEXT_FIELD),--text-field $(TEXT_FIELD)) \
+  $(if $(NAME),--name $(NAME)) --num-shards $(NUM_SHARDS) $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS)
+.PHONY: text-128 text-384 text-512 plan-text-128 plan-text-384 plan-text-512
+text-128 text-384 text-512 plan-text-128 plan-text-384 plan-text-512: setup
+	@if [ -z "$(TEXT_DIR)" ] || [ -z "$(TEXT_FORMAT)" ]; then \
+	  echo "make $@: set TEXT_DIR=<folder of text files> and TEXT_FORMAT=books|sentences|lines|jsonl" >&2; exit 2; fi
+	$(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
+	  PretrainText$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) $(TEXT_ARGS) \
+	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))
+
+# The Slurm job chain of a text corpus (docs/cluster.md, "Slurm"), the variables of text-128.
+.PHONY: slurm-text-128 slurm-text-384 slurm-text-512
+slurm-text-128 slurm-text-384 slurm-text-512: setup
+	@if [ -z "$(TEXT_DIR)" ] || [ -z "$(TEXT_FORMAT)" ]; then \
+	  echo "make $@: set TEXT_DIR=<folder of text files> and TEXT_FORMAT=books|sentences|lines|jsonl" >&2; exit 2; fi
+	WIKIPREP_VENV=$(abspath $(VENV)) SBATCH_ARGS='$(SBATCH_ARGS)' SLURM_MAX_RUNNING='$(SLURM_MAX_RUNNING)' \
+	  cluster/slurm/submit.sh $(subst slurm-,,$@) --data-dir $(DATA_DIR) $(TEXT_ARGS)
+
+# A mixture of corpora (docs/tasks.md, mixtures): make mix-128 RECIPE=wiki-books.toml; plan-mix-128 is its dry run.
+RECIPE ?=
+.PHONY: mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512
+mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512: setup
+	@if [ -z "$(RECIPE)" ]; then echo "make $@: set RECIPE=<a recipe .toml file> (docs/tasks.md, mixtures)" >&2; exit 2; fi
+	$(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
+	  PretrainMix$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) --recipe $(RECIPE) --num-shards $(NUM_SHARDS) \
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS) \
+	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))
+
 # Submits the Slurm job chain (job-array mode) and prints the job ids; run it again to resume.
 slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 	@if [ -z "$(DUMP_DATE)" ]; then \

@@ -434,7 +434,39 @@ def convert(output_dir: str = "{root}/imagenet_ds", **changes: str | bool | None
                                           for a in ((flag,) if value is True else (flag, value))])
 
 
+TEXT_RUN = ("luigi", "PretrainText128", "--data-dir", "{root}/data", "--vocab-file", "{root}/vocab.txt",
+            "--num-shards", "1", "--min-doc-chars", "0")
+
+
+def _built_text_corpus(root: Path) -> None:
+    """A books folder made into a dataset in {root}/data, then one of its files changed."""
+    _write("books/a.txt", TEXT)(root)
+    r = _run([_expand(a, root) for a in TEXT_RUN] + ["--text-dir", str(root / "books"), "--text-format", "books", "--local-scheduler",
+                               "--workers", "1"], root)
+    assert r.returncode == 0, r.stderr
+    with open(root / "books" / "a.txt", "a", encoding="utf-8") as f:
+        f.write("One more line.\n")
+
+
 CASES: list[Bad] = [
+    # --- text corpora and mixtures (#28)
+    Bad("text-dir-missing", TEXT_RUN + ("--text-dir", "{root}/nothing", "--text-format", "books"),
+        "{root}/nothing: no such folder"),
+    Bad("text-format-unknown", TEXT_RUN + ("--text-dir", "{root}/dumps-site", "--text-format", "pdf"),
+        "--text-format 'pdf': expected books or sentences or lines or jsonl"),
+    Bad("text-strict-utf8", TEXT_RUN + ("--text-dir", "{root}/books", "--text-format", "books", "--text-strict-utf8"),
+        "{root}/books/latin1.txt: not UTF-8 (byte 0xe9 at offset 3) (--text-strict-utf8)",
+        setup=_then(_write("books/a.txt", TEXT), _write("books/latin1.txt", "Café".encode("latin-1")))),
+    Bad("text-jsonl-without-its-field", TEXT_RUN + ("--text-dir", "{root}/web", "--text-format", "jsonl"),
+        "{root}/web/a.jsonl: offset 0: no text field 'text' (a string)",
+        setup=_write("web/a.jsonl", '{"body": "The old city."}\n'), may_add=("data/*",)),
+    Bad("text-corpus-changed", TEXT_RUN + ("--text-dir", "{root}/books", "--text-format", "books"),
+        "{root}/books: changed since {root}/data/books/text_files.json was made (a.txt ", setup=_built_text_corpus),
+    Bad("mix-recipe-without-format", ("luigi", "PretrainMix128", "--data-dir", "{root}/data", "--recipe",
+                                      "{root}/r.toml"),
+        "--recipe {root}/r.toml: source 1: format must be given for kind 'text'",
+        setup=_write("r.toml", 'name = "m"\n[[source]]\nkind = "text"\npath = "books"\n')),
+
     # --- wikiprep create-pretraining-data
     Bad("create-input-glob-matches-nothing",
         ("wikiprep", "create-pretraining-data", "--input_file={root}/nothing*.txt", "--output_file={root}/out.tfrecord",

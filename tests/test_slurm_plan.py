@@ -1,6 +1,7 @@
 """Which task each Slurm job runs (workflows.slurm), without Slurm: the real-Slurm tests are
 cluster/slurm/test/test_slurm.py, run by `make test-slurm`."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,49 @@ def test_the_chain_passes_the_output_format_and_layout_through(dataset, extra, f
     element = SlurmStage384(**{**dataset.param_kwargs, **values, "stage": "shards", "index": 2})
     assert element.requires().output().path.name == shard
     assert element.requires().output().path.parent.name == folder
+
+
+@pytest.mark.parametrize("fmt, punkt", [("books", "0"), ("sentences", "")])
+def test_a_text_corpus_has_its_own_chain(tmp_path, fmt, punkt):
+    """No download; a Punkt model but for the sentences format, which comes split; an element per file."""
+    from workflows import PretrainText128, SlurmTextStage128
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(3):
+        (corpus / f"{i}.txt").write_text(f"Document {i}. It has two sentences.\n", encoding="utf-8")
+    dataset = PretrainText128(data_dir=str(tmp_path / "data"), text_dir=str(corpus), text_format=fmt, num_shards=2,
+                              text_piece_mb=0)  # a piece per file
+    families = {stage: [t.get_task_family() for t in tasks] for stage, tasks in stage_elements(dataset).items()}
+    assert families["download"] == [] and families["pieces"] == ["TextSplitPiece"] * 3
+    assert families["punkt"] == (["TextTrainPunkt"] if punkt else [])
+    todo = plan(dataset)
+    assert (todo["TODO_download"], todo["TODO_punkt"], todo["TODO_pieces"]) == ("", punkt, "0-2")
+    assert todo["DATASET_DIR"] == str((tmp_path / "data" / "corpus" / "seq128_mask20_dup5").resolve())
+    element = SlurmTextStage128(**{**dataset.param_kwargs, "stage": "pieces", "index": 1})
+    assert element.requires() == stage_elements(dataset)["pieces"][1]
+
+
+def test_submit_sh_chains_a_text_corpus(tmp_path):
+    """cluster/slurm/submit.sh text-128 with a stand-in sbatch that records its arguments: the stages with work
+    (no download, no Punkt for sentences), and the job.env the jobs read, naming the text tasks."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("One sentence.\nAnother one.\n\nA second document.\n", encoding="utf-8")
+    (corpus / "b.txt").write_text("A third document.\n", encoding="utf-8")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/sh\necho "$@" >>"$SBATCH_LOG"\nwc -l <"$SBATCH_LOG"\n')
+    (bin_dir / "squeue").write_text("#!/bin/sh\n")
+    for tool in ("sbatch", "squeue"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "SBATCH_LOG": str(tmp_path / "log"),
+           "WIKIPREP_VENV": str(Path(sys.executable).parents[1])}
+    out = subprocess.run([str(REPO / "cluster/slurm/submit.sh"), "text-128", "--data-dir", str(tmp_path / "data"),
+                          "--text-dir", str(corpus), "--text-format", "sentences", "--num-shards", "1"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    stages = [line.split()[0] for line in out.stdout.splitlines()[:-1]]
+    assert stages == ["pieces", "sentences", "vocab", "shards", "finalize"]
+    job_env = (tmp_path / "data" / "corpus" / "slurm" / "seq128_mask20_dup5" / "job.env").read_text()
+    assert "TASK=PretrainText128" in job_env and "STAGE_TASK=SlurmTextStage128" in job_env
+    assert f"--text-dir {corpus}" in job_env

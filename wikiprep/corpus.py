@@ -30,12 +30,14 @@ from typing import ClassVar, Iterator, Protocol
 class Document:
     """One document of a piece. `paragraphs` is empty when the source drops it, and `dropped` says why
     ("too_short", "empty", ...); `read` is how many bytes of the piece's input were read once it was,
-    for progress."""
+    for progress. `split` False: the paragraphs are already its sentences, one each (the original
+    generator's input format), and are not split again."""
 
     id: int | str
     paragraphs: list[str]
     dropped: str | None = None
     read: int = 0
+    split: bool = True
 
 
 class Piece(Protocol):

@@ -122,11 +122,26 @@ def check_folder(folder: str | Path, spec: DatasetSpec) -> None:
         return
     held = {**layouts.DEFAULT_DESCRIPTION, **held}
     description = {**layouts.DEFAULT_DESCRIPTION, **spec.description}
-    differ = [f"{key} {held.get(key)!r} there, {value!r} here" for key, value in sorted(description.items())
-              if key not in spec.same_bytes and held.get(key) != value]
+    differ = []
+    for key, value in sorted(description.items()):
+        if key not in spec.same_bytes:
+            differ += differences(key, held.get(key), value, spec.same_bytes)
     if differ:
         raise PrepError(f"{folder}: holds a dataset made with other parameters ({'; '.join(differ)}); "
                         f"give another --data-dir, or remove {folder} to rebuild it")
+
+
+def differences(key: str, held, value, same_bytes: tuple[str, ...]) -> list[str]:
+    """How `held` (a folder's dataset.json value) differs from `value`, each as "<key> <held> there, <value> here";
+    within two tables (a text corpus' files, a mixture's sources) only the entries that differ, by their dotted
+    key, `same_bytes` keys left out at every depth."""
+    if not (isinstance(held, dict) and isinstance(value, dict)):
+        return [] if held == value else [f"{key} {held!r} there, {value!r} here"]
+    found = []
+    for sub in sorted(set(held) | set(value)):
+        if sub not in same_bytes:
+            found += differences(f"{key}.{sub}", held.get(sub), value.get(sub), same_bytes)
+    return found
 
 
 def claim_folder(folder: str | Path, spec: DatasetSpec) -> None:
@@ -158,7 +173,7 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
 
 def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shard_stats: list[dict],
              sentence_stats: dict, *, known_files: dict[str, dict] | None = None,
-             files: dict[str, int] | None = None, balance: dict | None = None) -> dict:
+             files: dict[str, int] | None = None, balance: dict | None = None, corpus: dict | None = None) -> dict:
     """Close a dataset whose shards are all written: vocab.txt, stats.json, then MANIFEST.json (returned).
 
     `shard_stats[i]` is what `write_shard` returned for shard i (`spec.shard_name(i)`);
@@ -172,6 +187,8 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
     For a layout with a finishing step, `files` ({name: instances}) are the dataset's files (its shards were
     staged elsewhere) and `balance` how the plan dealt them (`Layout.plan_parts`: the bins, the instances
     dropped): stats.json's total of instances is then what the files hold.
+    `corpus`: the corpus' own figures (files skipped, documents per source), in stats.json as "corpus" when
+    there are any.
     """
     folder = Path(folder)
     claim_folder(folder, spec)
@@ -194,5 +211,7 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
         totals["generated_instances"] = totals["instances"]
         totals["instances"] = sum(files.values())
         closing["balance"] = balance
+    if corpus:
+        closing["corpus"] = corpus
     write_json(folder / "stats.json", closing)
     return write_manifest(folder, counts, extra={"dataset": spec.description}, known_files=known_files)

@@ -556,16 +556,17 @@ def bucket_name(shard: int) -> str:
     return f"bucket_{shard:05d}.txt"
 
 
-def split_piece(documents: Iterable[Document], punkt_path: str | Path, out_dir: str | Path, *, num_shards: int,
+def split_piece(documents: Iterable[Document], punkt_path: str | Path | None, out_dir: str | Path, *, num_shards: int,
                 seed: int, size: int = 0, language: str | None = None, progress: Progress | None = None) -> dict:
     """Sentence-split the documents of one piece into `num_shards` bucket files, committed as one folder.
 
     The splitter is the corpus' `language`'s (`sentence_splitter`). A document goes to bucket
-    `shard_of(seed, id, num_shards)`; one the source dropped, or with no sentence, is counted by reason.
-    `progress(done, total)` counts the bytes of the piece read, of `size`."""
+    `shard_of(seed, id, num_shards)`; one the source dropped, or with no sentence, is counted by reason. A
+    document whose paragraphs are already sentences (`split` False) is not split again; `punkt_path` None when
+    no document needs splitting. `progress(done, total)` counts the bytes of the piece read, of `size`."""
     stage = Stage(log, f"split {Path(out_dir).name}")
     progress = throttle(progress)
-    splitter = sentence_splitter(load_punkt(punkt_path), language)
+    splitter = None if punkt_path is None else sentence_splitter(load_punkt(punkt_path), language)
     dropped: Counter = Counter()
     documents_kept = sentences = 0
     per_shard = [0] * num_shards
@@ -577,7 +578,12 @@ def split_piece(documents: Iterable[Document], punkt_path: str | Path, out_dir: 
             for doc in documents:
                 if progress is not None:
                     progress(doc.read, size)
-                lines = document_sentences(doc.paragraphs, splitter) if doc.paragraphs else []
+                if not doc.split:
+                    lines = doc.paragraphs
+                elif splitter is None:
+                    raise ValueError(f"document {doc.id} needs splitting, and no sentence model was given")
+                else:
+                    lines = document_sentences(doc.paragraphs, splitter) if doc.paragraphs else []
                 if not lines:
                     dropped[doc.dropped or "no_sentences"] += 1
                     continue

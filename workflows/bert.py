@@ -47,6 +47,10 @@ from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget
 
 luigi.namespace("bert", scope=__name__)
 
+# Set by the dry run (workflows.plan) before it asks any task anything: a source then reads what it must
+# to say what would run, and writes nothing.
+DRY_RUN = False
+
 Stage = TypeVar("Stage", bound="CorpusTask")
 
 
@@ -85,7 +89,12 @@ class CorpusTask(PrepTask):
 
     def stage(self, generic: type[Stage], **params) -> Stage:
         """This corpus' task of stage `generic` (SentenceShard, ...), with this task's parameters and `params`."""
-        return self.clone(self.stages[generic], **params)
+        try:
+            bound = self.stages[generic]
+        except KeyError:  # a binding that forgot a stage: say which, not a bare KeyError
+            raise TypeError(f"{type(self).__module__}: no task binds bert.{generic.__name__} for this corpus "
+                            f"(a subclass of its base class and of bert.{generic.__name__})") from None
+        return self.clone(bound, **params)
 
     # What a corpus defines.
 
@@ -124,6 +133,20 @@ class CorpusTask(PrepTask):
         """The figures of the corpus' own steps before splitting (each with the documents it dropped by reason,
         `dropped`), judged with the splits' (sentences.judge_splits); PrepError for a corpus they refuse."""
         return []
+
+    def needs_punkt(self) -> bool:
+        """Whether the pieces' documents are split into sentences with Punkt (not when they come split already)."""
+        return True
+
+    def identity(self) -> dict:
+        """What names the corpus' content when it is one source of a mixture (its dataset.json): its description,
+        and whatever more pins its bytes (a dump's part checksums)."""
+        return self.source().description()
+
+    def corpus_figures(self) -> dict:
+        """Figures of the corpus for the dataset's stats.json, under "corpus" (files skipped, documents per
+        source of a mixture); nothing for a corpus that has none."""
+        return {}
 
     # Shared by every stage.
 
@@ -206,7 +229,7 @@ class SplitPiece(CorpusTask):
     """The documents of one piece split into sentences and spread over the shards by hash(seed, document id)."""
 
     def requires(self):
-        deps = {"punkt": self.stage(TrainPunkt)}
+        deps = {"punkt": self.stage(TrainPunkt)} if self.needs_punkt() else {}
         made = self.piece_input(self.piece)
         if made is not None:
             deps["piece"] = made
@@ -217,8 +240,9 @@ class SplitPiece(CorpusTask):
 
     def run(self):
         source, piece = self.source(), self.piece
+        punkt = self.input().get("punkt")
         stats = sentences.split_piece(source.documents(piece, min_chars=self.min_doc_chars),
-                                      self.input()["punkt"].path, self.output().path, num_shards=self.num_shards,
+                                      None if punkt is None else punkt.path, self.output().path, num_shards=self.num_shards,
                                       seed=self.seed, size=source.piece_size(piece),
                                       language=self.corpus_language(), progress=self.progress(f"split {piece.name}", "B"))
         write_dir_receipt(self.output().path, stats=stats)
@@ -602,7 +626,8 @@ class PretrainDataset(PretrainTask):
             repairing = receipt_path(manifest.path).exists()  # the dataset was finished once
             dataset.finalize(self.dataset_dir, self.dataset_spec(), self.vocab_path(), shard_stats,
                              self.stage(SentenceShards).stats(),
-                             known_files=None if repairing else written_files(receipts), **finished)
+                             known_files=None if repairing else written_files(receipts),
+                             corpus=self.corpus_figures(), **finished)
             write_receipt(manifest.path)
         if self.output()["report"].exists():  # only the manifest was missing: the report stands
             return

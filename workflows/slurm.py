@@ -51,7 +51,7 @@ def stage_elements(dataset: PretrainDataset) -> dict[str, list[luigi.Task]]:
     vocab = dataset.vocab_task()
     return {
         "download": dataset.corpus_inputs(),
-        "punkt": [dataset.stage(TrainPunkt)],
+        "punkt": [dataset.stage(TrainPunkt)] if dataset.needs_punkt() else [],
         "pieces": [dataset.piece_task(dataset.stages[SplitPiece], piece) for piece in dataset.pieces()],
         "sentences": [dataset.stage(SentenceShard, shard=i) for i in range(dataset.num_shards)],
         "vocab": [vocab] if vocab is not None else [],
@@ -100,7 +100,8 @@ class SlurmStage(PretrainDataset):
         super().check_before_work()
         elements = stage_elements(self.dataset())
         if not elements[self.stage]:
-            why = "a --vocab-file is given" if self.stage == "vocab" else "the layout has no finishing step"
+            why = {"vocab": "a --vocab-file is given", "punkt": "the corpus comes split into sentences",
+                   "download": "the corpus is on disk already"}.get(self.stage, "the layout has no finishing step")
             raise PrepError(f"stage {self.stage}: nothing to run with these parameters ({why})")
         if not 0 <= self.index < len(elements[self.stage]):
             raise PrepError(f"--index {self.index}: stage {self.stage} has elements 0 to "
@@ -110,7 +111,7 @@ class SlurmStage(PretrainDataset):
             if missing:
                 raise PrepError(f"stage {self.stage} needs stage {stage} complete first (incomplete: "
                                 f"--array={array_spec(missing)}); submit the chain again "
-                                f"(make slurm-wiki-{self.max_seq_length} ...), it runs only what is missing")
+                                f"(the same make slurm-... command), it runs only what is missing")
 
     def requires(self):
         return stage_elements(self.dataset())[self.stage][self.index]

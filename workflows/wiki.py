@@ -104,6 +104,11 @@ class WikiTask(bert.CorpusTask):
         url = dump.dump_file_url(self.dump_url, self.wiki, self.dump_date, dump.STATUS_FILE)
         return f"dump parts: {len(self.parts())}, from {url}, fetched now and not saved"
 
+    def identity(self) -> dict:
+        """The dump's description and its parts' checksums ({name: sha1 or md5}), as dumpstatus.json gives them."""
+        return {**self.source().description(),
+                "parts": {p.name: p.sha1 or p.md5 for p in self.parts() if not p.is_index}}
+
     def upstream_stats(self) -> list[dict]:
         """The extraction's figures of every piece (pages dropped there: redirects, other namespaces...); a part
         that yields no article is refused (a sliced part is judged whole)."""

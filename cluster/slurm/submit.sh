@@ -2,6 +2,7 @@
 # Job-array mode (docs/cluster.md, "Slurm"): submit the chain of jobs that builds one dataset; print the job ids.
 #
 #   cluster/slurm/submit.sh 128|384|512 --data-dir D --dump-url U --wiki W --dump-date YYYYMMDD [PARAMETERS]
+#   cluster/slurm/submit.sh text-128|text-384|text-512 --data-dir D --text-dir T --text-format F [PARAMETERS]
 #
 # PARAMETERS are Pretrain128's (--num-shards, --vocab-file, --seed, --multistream, ...). The chain:
 #
@@ -21,23 +22,29 @@ set -euo pipefail
 
 usage() {
   echo "usage: cluster/slurm/submit.sh 128|384|512 --data-dir D --dump-url U --wiki W --dump-date YYYYMMDD [PARAMETERS]" >&2
+  echo "       cluster/slurm/submit.sh text-128|text-384|text-512 --data-dir D --text-dir T --text-format F [PARAMETERS]" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
 dataset=$1
 shift
-case $dataset in 128 | 384 | 512) ;; *) usage ;; esac
+# The dataset task and the task of one element of its chain: a dump's (128) or a text corpus' (text-128).
+case $dataset in
+  128 | 384 | 512) task=Pretrain$dataset stage_task=SlurmStage$dataset ;;
+  text-128 | text-384 | text-512) task=PretrainText${dataset#text-} stage_task=SlurmTextStage${dataset#text-} ;;
+  *) usage ;;
+esac
 command -v sbatch >/dev/null || { echo "wikiprep: error: sbatch not found: submit from a Slurm login node" >&2; exit 1; }
 
 # Paths given relative to where this was started, made absolute: the jobs run from the project root.
 params=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --data-dir | --vocab-file)
+    --data-dir | --vocab-file | --text-dir)
       [ $# -ge 2 ] || usage
       params+=("$1" "$(realpath -m -- "$2")")
       shift 2 ;;
-    --data-dir=* | --vocab-file=*)
+    --data-dir=* | --vocab-file=* | --text-dir=*)
       params+=("${1%%=*}" "$(realpath -m -- "${1#*=}")")
       shift ;;
     *)
@@ -53,7 +60,7 @@ venv=${WIKIPREP_VENV:-$ROOT/.venv}
 
 # What is still to run, per stage (workflows/slurm.py); a bad parameter is refused here, before any job.
 plan=$(PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$venv/bin/python" -m workflows slurm-plan \
-         "Pretrain$dataset" "${params[@]}") || exit 1
+         "$task" "${params[@]}") || exit 1
 eval "$plan"
 
 slurm_dir=$(dirname "$DATASET_DIR")/slurm/$(basename "$DATASET_DIR")
@@ -73,6 +80,8 @@ fi
 # What every job reads: the dataset, its parameters, the venv.
 {
   printf 'DATASET=%q\n' "$dataset"
+  printf 'TASK=%q\n' "$task"
+  printf 'STAGE_TASK=%q\n' "$stage_task"
   printf 'DATASET_DIR=%q\n' "$DATASET_DIR"
   printf 'WIKIPREP_VENV=%q\n' "$venv"
   if [ -n "${WIKIPREP_CONTACT:-}" ]; then printf 'export WIKIPREP_CONTACT=%q\n' "$WIKIPREP_CONTACT"; fi
