@@ -17,6 +17,7 @@ the text the error line must contain, and a setup function when the input must b
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -63,6 +64,7 @@ class Bad:
     timeout: float = 300
     luigi_local: bool = field(default=True)  # luigi rows run with --local-scheduler --workers 1
     file_size_limit: int | None = None  # RLIMIT_FSIZE: a write beyond it fails as on a full disk (EFBIG)
+    data_tmpfs: str | None = None  # mount options of a tmpfs mounted at {root}/data: "size=64k" (a disk that fills), "ro"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -689,6 +691,24 @@ CASES: list[Bad] = [
         "{site}/{wiki}/{date}/{wiki}-{date}-sha1sums.txt is larger than 8 MiB",
         setup=_replace_with_dev_zero(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/{DEMO_WIKI}-{DEMO_DATE}-sha1sums.txt")),
 
+    # --- luigi: an empty dump part, listed as 0 bytes or served empty (#27)
+    Bad("dump-part-listed-as-0-bytes", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        f"lists {DEMO_WIKI}-{DEMO_DATE}-pages-articles1.xml-p1p4854.bz2 as 0 bytes: an empty dump part",
+        setup=_status(lambda d: _first_file(d).update(size=0)), may_add=("data/downloads/*",)),
+    Bad("dump-part-served-empty", ("luigi", "DownloadPart", "--part", f"{FIRST_PART}.bz2", *DOWNLOAD[2:], "--wiki",
+                                   "{wiki}", "--dump-date", "{date}"),
+        f"sent 0 bytes of {FIRST_PART}.bz2: too short to be a bz2 file (tried 3 times; the file was discarded)",
+        setup=_then(_empty_files(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/{FIRST_PART}.bz2"), _status(
+            lambda d: _first_file(d).update(size=None, sha1=hashlib.sha1().hexdigest(), md5=hashlib.md5().hexdigest()))),
+        may_add=("data/downloads/*/*/dumpstatus.json", "data/downloads/*/*/*sums.txt", "data/downloads/*/*/.receipts/*")),
+    # --- luigi: a disk that fills during a download, a read-only data folder: one line naming the file (#27)
+    Bad("download-onto-a-full-disk", ("luigi", "DownloadPart", "--part", f"{FIRST_PART}.bz2", *DOWNLOAD[2:], "--wiki",
+                                      "{wiki}", "--dump-date", "{date}"),
+        f"{{root}}/data/downloads/{{wiki}}/{{date}}/{FIRST_PART}.bz2: cannot write: no space left on the device; the ",
+        data_tmpfs="size=64k", may_add=("data/downloads/*",)),
+    Bad("data-dir-read-only", PRETRAIN + ("--vocab-file", "{root}/vocab.txt"),
+        "{root}/data/downloads/{wiki}/{date}/dumpstatus.json: cannot write: read-only file system", data_tmpfs="ro"),
+
     # --- imagenet-prep
     Bad("imagenet-verify-manifest-is-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "not a manifest",
         setup=_write("imagenet_ds/MANIFEST.json", "[]")),
@@ -784,10 +804,33 @@ CASES: list[Bad] = [
 ]
 
 
+@contextlib.contextmanager
+def _mounted_tmpfs(folder: Path, options: str | None):
+    """A tmpfs mounted at `folder` with `options` for the block (a small one fills: ENOSPC; `ro`: EROFS), as a real
+    full disk or read-only file system answers; the test is skipped, saying why, where mounting is not allowed."""
+    if options is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): a full disk and a read-only "
+                    f"folder need root with CAP_SYS_ADMIN")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_and_changes_nothing(case: Bad, world: Path, tmp_path: Path):
     root = tmp_path / "w"
     shutil.copytree(world, root, symlinks=True)
+    with _mounted_tmpfs(root / "data", case.data_tmpfs):
+        _check_one_line_and_nothing_changed(case, root)
+
+
+def _check_one_line_and_nothing_changed(case: Bad, root: Path) -> None:
     if case.setup is not None:
         case.setup(root)
     before = _snapshot(root)

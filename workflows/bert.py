@@ -38,8 +38,8 @@ from wikiprep.corpus import Piece, Source
 from wikiprep.options import GenerationOptions
 from wikiprep.tokenization import Vocab
 
-from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, ManifestTarget,
-                   PrepTask, ReceiptTarget, commit_report, report_target)
+from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, MalformedReceipt,
+                   ManifestTarget, PrepTask, ReceiptTarget, commit_report, report_target)
 
 luigi.namespace("bert", scope=__name__)
 
@@ -187,7 +187,7 @@ class SplitPiece(CorpusTask):
         return deps
 
     def output(self):
-        return ReceiptTarget(self.work_dir / "split" / split_name(self) / self.piece.name)
+        return ReceiptTarget(self.work_dir / "split" / split_name(self) / self.piece.name, {"stats": dict})
 
     def run(self):
         source, piece = self.source(), self.piece
@@ -206,10 +206,13 @@ class SplitCorpus(CorpusTask):
 
     def check_before_work(self) -> None:
         """Once every piece has its split receipt, complete() judges them too: a rerun is refused before
-        any work. (Whether each split still matches its receipt, complete() asks next.)"""
+        any work."""
         super().check_before_work()
-        if all(receipt_path(t.path).is_file() for t in self.output()):
-            self.corpus()
+        if all(t.exists() for t in self.output()):
+            try:
+                self.corpus()
+            except MalformedReceipt:  # a damaged receipt of a step below: SentenceShard makes it again, then judges
+                pass
 
     def requires(self):
         return [self.piece_task(self.stages[SplitPiece], piece) for piece in self.pieces()]
@@ -244,7 +247,7 @@ class SentenceShardTarget(ReceiptTarget):
     at its size. Either receipt gives the shard's `stats` and the corpus' dropped documents."""
 
     def __init__(self, path: Path, shard: int):
-        super().__init__(path)
+        super().__init__(path, {"stats": dict, "corpus": dict})
         self.shard = shard
 
     def _folder_receipt(self) -> dict | None:
@@ -256,10 +259,10 @@ class SentenceShardTarget(ReceiptTarget):
             return None
 
     def exists(self) -> bool:
-        return read_receipt(self.path) is not None or self._folder_receipt() is not None
+        return self._has_keys(read_receipt(self.path)) or self._folder_receipt() is not None
 
     def receipt(self) -> dict:
-        if read_receipt(self.path) is not None:
+        if self._has_keys(read_receipt(self.path)):
             return super().receipt()
         folder = self._folder_receipt()
         if folder is None:
@@ -298,6 +301,9 @@ class SentenceShard(CorpusTask):
         out = self.output().path
         # Before shards were merged one per task, the folder was built whole under a temporary name.
         remove_stale_temps(out.parent)
+        # The corpus is judged from the receipts of the steps below SplitCorpus, complete as SplitCorpus is unless a
+        # receipt was damaged since: that step is then made again first (a dynamic dependency), not trusted.
+        yield from _made_again([self.piece_input(piece) for piece in self.pieces()])
         corpus = self.requires().corpus()
         stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out,
                                       progress=self.progress(f"merge {out.name}", "B"))
@@ -417,7 +423,7 @@ class PretrainShard(PretrainTask):
 
     def output(self):
         return IndexedTarget(self.dataset_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
-                                                                   self.output_layout))
+                                                                   self.output_layout), {"stats": dict})
 
     def run(self):
         out = self.output().path
@@ -461,6 +467,8 @@ class PretrainDataset(PretrainTask):
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
+            # stats.json takes the sentence shards' figures from their receipts; a damaged one is made again first.
+            yield from _made_again([self.stage(SentenceShards)])
             # Their report figures dropped as each is read: the report, below, takes them one at a time.
             receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
             # A manifest made again (a file of the finished dataset was damaged) hashes every file: the damage
@@ -484,6 +492,14 @@ class PretrainDataset(PretrainTask):
         commit_report(self.dataset_dir, lambda out: record_stats.write_report(
             self.dataset_dir, out, name=self.dataset_dir.name, read_back=read_back,
             known_files=written_files(hashes)))
+
+
+def _made_again(tasks: list[luigi.Task | None]):
+    """Yield (as Luigi's dynamic dependencies) those of `tasks` that are not complete: whose receipts a task reads
+    though they are not its own requirements, and which a damaged receipt has made incomplete since."""
+    incomplete = [task for task in tasks if task is not None and not task.complete()]
+    if incomplete:
+        yield incomplete
 
 
 def written_files(shard_receipts: list[dict]) -> dict[str, dict]:

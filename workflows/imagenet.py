@@ -60,7 +60,7 @@ class ImageNetShard(ImageNetTask):
 
     def output(self):
         n = self.train_shards if self.split == "train" else self.validation_shards
-        return ReceiptTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n))
+        return ReceiptTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n), {"result": dict})
 
     def run(self):
         remove_stale_temps(self.output().path)

@@ -155,14 +155,20 @@ class ExtractPart(WikiTask):
         return extract.Piece(self.part, self.slice, self.slices)
 
     def output(self):
-        return ReceiptTarget(self.source().extracted_path(self.piece))
+        return ReceiptTarget(self.source().extracted_path(self.piece), {"stats": dict})
 
     def run(self):
         out = self.output().path
         remove_stale_temps(out)
         part = self.input().path
-        stats = extract.extract_part(part, out, self.dump_date, byte_range=self.piece.byte_range(part),
-                                     progress=self.progress(f"extract {self.piece.name}", "B"))
+        try:
+            stats = extract.extract_part(part, out, self.dump_date, byte_range=self.piece.byte_range(part),
+                                         progress=self.progress(f"extract {self.piece.name}", "B"))
+        except PrepError:
+            # Damage to the download since it was verified is the download's fault, not the dump's: re-checked
+            # against the listing's hash, and removed to be fetched again (PrepError) when it no longer matches.
+            dump.recheck_download({p.name: p for p in self.parts()}[self.part], part)
+            raise
         write_receipt(out, stats=stats)
 
 

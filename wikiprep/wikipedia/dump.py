@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -64,7 +65,7 @@ import requests
 
 from wikiprep import __version__
 from shardkit import fetch
-from shardkit.atomic import receipt_path, write_bytes, write_receipt
+from shardkit.atomic import make_parent_folder, receipt_path, write_bytes, write_receipt
 from shardkit.errors import PrepError, excerpt
 from shardkit.progress import Progress
 
@@ -367,7 +368,7 @@ def fetch_dump_status(
                 raise PrepError(f"cannot fetch {surl}: HTTP {sstatus}")
             parse_sums(sbody, surl, htype)
             sums[name] = (surl, sbody)
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    make_parent_folder(dest_dir / STATUS_FILE)  # a read-only or full disk: one line
     for name in _sums_names(wiki, date).values():
         path = dest_dir / name
         if name in sums:
@@ -462,6 +463,9 @@ def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: 
     parts = []
     for name in sorted(files, key=_natural_key):
         entry = files[name]
+        if entry["size"] == 0:  # a job that failed writing it: no part of a dump is empty
+            raise PrepError(f"{job} in {where} lists {name} as 0 bytes: an empty dump part, so a broken dump; "
+                            f"pick another --dump-date")
         hashes = {h: entry[h] or sums.get(h, {}).get(name) for h in HASH_TYPES}
         if need_hashes and not any(hashes.values()):
             raise PrepError(
@@ -495,6 +499,35 @@ def dump_parts(dump_url: str, wiki: str, date: str, download_dir: Path, *, multi
 
 # ---------------------------------------------------------------------------------------------
 # One part
+
+
+def recheck_download(part: Part, path: Path, chunk: int = 1 << 20) -> None:
+    """After a reader failed on the downloaded `part` at `path`: is the download what the dump listing says?
+
+    A download is complete while its receipt matches its size (a `stat`, not a hash: a rerun over a finished
+    dump must cost seconds), so bytes damaged in place since (a flipped bit on the disk, an edit) go unseen
+    until a reader fails on them, and its error would blame the dump. Here the file is hashed against the
+    listing's sha1 (else md5): when they differ, the download and its receipt are removed, so that the same
+    command fetches it again, and a PrepError says so. When they match, nothing is done: the reader's error
+    stands, about the dump's own content.
+    """
+    htype = next((h for h in HASH_TYPES if getattr(part, h)), None)
+    if htype is None:
+        return
+    digest = hashlib.new(htype)
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                digest.update(block)
+    except FileNotFoundError:
+        return
+    if digest.hexdigest() == getattr(part, htype):
+        return
+    for p in (receipt_path(path), path):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    raise PrepError(f"{path}: the download is damaged ({htype} {digest.hexdigest()}, {STATUS_FILE} says "
+                    f"{getattr(part, htype)}), not the dump: removed, so that the same command downloads it again")
 
 
 def fetch_part(
