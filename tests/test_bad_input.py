@@ -277,6 +277,14 @@ def _empty_files(*rels: str) -> Callable[[Path], None]:
     return setup
 
 
+def _huge_vocab(root: Path) -> None:
+    """A vocabulary file of 64 MiB, sparse (a hole after its tokens); tests/test_cli.py reads one of gigabytes under
+    a memory limit."""
+    with open(root / "huge_vocab.txt", "wb") as f:
+        f.write("\n".join(VOCAB_WORDS).encode() + b"\n")
+        f.truncate(64 << 20)
+
+
 def _then(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
     def setup(root: Path) -> None:
         for step in setups:
@@ -631,6 +639,12 @@ CASES: list[Bad] = [
     Bad("luigi-dupe-factor-zero", PRETRAIN + ("--dupe-factor", "0"), "dupe_factor"),
     Bad("luigi-vocab-file-missing", PRETRAIN + ("--vocab-file", "{root}/missing.txt"), "{root}/missing.txt"),
     Bad("luigi-vocab-file-not-a-vocab", PRETRAIN + ("--vocab-file", "{root}/corpus.txt"), "{root}/corpus.txt"),
+    Bad("luigi-vocab-file-of-gigabytes", PRETRAIN + ("--vocab-file", "{root}/huge_vocab.txt"),
+        "{root}/huge_vocab.txt: larger than a vocabulary may be (16 MiB, 1,048,576 tokens)", setup=_huge_vocab),
+    Bad("create-vocab-file-of-gigabytes", CREATE[:3] + ("--vocab_file={root}/huge_vocab.txt", "--output_file={root}/o.tfrecord"),
+        "{root}/huge_vocab.txt: larger than a vocabulary may be", setup=_huge_vocab),
+    Bad("create-vocab-file-of-a-million-empty-lines", CREATE[:3] + ("--vocab_file={root}/lines.txt", "--output_file={root}/o.tfrecord"),
+        "{root}/lines.txt: larger than a vocabulary may be", setup=_write("lines.txt", "[CLS]\n[SEP]\n[MASK]\n" + "\n" * (1 << 20))),
     Bad("luigi-vocab-size-tiny", PRETRAIN + ("--vocab-size", "3"), "--vocab-size 3"),
     Bad("luigi-output-format-unknown", PRETRAIN + ("--output-format", "h5"),
         "--output-format 'h5': expected tfrecord or hdf5"),

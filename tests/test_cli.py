@@ -340,3 +340,28 @@ def test_inspect_shows_hdf5_and_remask_records_with_tokens(layouts):
         shown[name] = [line for line in lines[1:] if not line.startswith("--- ")]
     assert "A: [CLS] " in "\n".join(shown["standard"])
     assert shown["remask"] == shown["standard"] == shown["hdf5"]
+
+
+def test_a_vocabulary_file_of_gigabytes_is_one_line_in_bounded_memory(tmp_path):
+    """A 4 GiB vocab file (sparse: no disk) under a 1 GB address-space limit: refused by its size, read no further
+    than the cap (tokenization.MAX_VOCAB_BYTES), instead of a MemoryError (or the OOM killer) reading it whole."""
+    import resource
+
+    vocab = tmp_path / "vocab.txt"
+    with open(vocab, "wb") as f:
+        f.write(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+        f.truncate(4 << 30)
+    (tmp_path / "corpus.txt").write_text("the the the.\n", encoding="utf-8")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    r = subprocess.run([sys.executable, "-c", "import sys; from wikiprep.cli import main; sys.exit(main())",
+                        "create-pretraining-data", f"--input_file={tmp_path / 'corpus.txt'}",
+                        f"--output_file={tmp_path / 'out.tfrecord'}", f"--vocab_file={vocab}"],
+                       cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.splitlines()[-1] == (f"wikiprep: error: {vocab}: larger than a vocabulary may be (16 MiB, "
+                                         f"1,048,576 tokens): not a WordPiece vocabulary")
+    assert not (tmp_path / "out.tfrecord").exists()
