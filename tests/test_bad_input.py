@@ -757,6 +757,24 @@ CASES: list[Bad] = [
         setup=_edit_manifest("imagenet_ds", lambda d: {**d, "files": [
             {**f, "records": [f["records"]]} if f["path"] == "train-00000-of-00002" else f for f in d["files"]]})),
 
+    # --- stats --out: never into a dataset, nor inside one, finished or not; nothing read, nothing written (#27)
+    Bad("wikiprep-stats-out-into-another-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/wiki_ds2"),
+        "--out {root}/wiki_ds2: holds a dataset ({root}/wiki_ds2/MANIFEST.json is there)",
+        setup=lambda root: shutil.copytree(root / "wiki_ds", root / "wiki_ds2")),
+    Bad("wikiprep-stats-out-inside-a-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/imagenet_ds/r"),
+        "--out {root}/imagenet_ds/r: is inside the dataset {root}/imagenet_ds ({root}/imagenet_ds/MANIFEST.json"),
+    Bad("wikiprep-stats-out-into-an-unfinished-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out",
+                                                          "{root}/started"),
+        "--out {root}/started: holds a dataset ({root}/started/dataset.json is there)",
+        setup=_write("started/dataset.json", "{}\n")),
+    Bad("imagenet-stats-out-into-a-wiki-dataset", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                   "{root}/wiki_ds"),
+        "--out {root}/wiki_ds: holds a dataset ({root}/wiki_ds/MANIFEST.json is there)"),
+    Bad("imagenet-stats-out-into-an-unfinished-dataset", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                          "{root}/started"),
+        "--out {root}/started: holds a dataset ({root}/started/.work/plan.json is there)",
+        setup=_write("started/.work/plan.json", "{}\n")),
+
     # --- imagenet-prep convert: counts refused by their flag before anything is listed or written
     Bad("imagenet-convert-train-shards-0", convert("{root}/new_ds", train_shards="0"),
         "--train-shards 0: must be a positive integer"),

@@ -247,6 +247,26 @@ def test_stats_writes_a_report(dataset, tmp_path):
     assert "random next" in (out / "report.txt").read_text()
 
 
+def test_stats_of_an_unfinished_dataset_says_so(dataset, tmp_path):
+    """A folder with its dataset.json but no MANIFEST.json yet (a run still writing it, or killed): the report is
+    made, of the files there, and says, in a warning line, report.txt and stats.json, that the dataset is unfinished.
+    A finished one's report says nothing of the kind."""
+    folder = tmp_path / "unfinished"
+    shutil.copytree(dataset, folder)
+    (folder / "MANIFEST.json").unlink()
+    (folder / "dataset.json").write_text("{}\n", encoding="utf-8")
+    res = wikiprep("stats", str(folder), "--out", str(tmp_path / "report"))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[-1] == (f"wikiprep: warning: {folder}: an unfinished dataset (dataset.json is "
+                                           f"there, MANIFEST.json not yet: the run making it has not finished); the "
+                                           f"report is of the files written so far")
+    assert "MANIFEST.json       none yet: an UNFINISHED dataset" in (tmp_path / "report" / "report.txt").read_text()
+    assert json.loads((tmp_path / "report" / "stats.json").read_text())["manifest"]["unfinished"]
+    done = wikiprep("stats", str(dataset), "--out", str(tmp_path / "done"))
+    assert done.returncode == 0 and "warning" not in done.stderr
+    assert "unfinished" not in json.loads((tmp_path / "done" / "stats.json").read_text())["manifest"]
+
+
 # ---------------------------------------------------------------------------------------------
 # --flagfile, HDF5 and remask outputs, and verify/inspect/stats reading every layout
 
