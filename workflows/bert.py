@@ -302,7 +302,7 @@ class SentenceShard(CorpusTask):
         # Before shards were merged one per task, the folder was built whole under a temporary name.
         remove_stale_temps(out.parent)
         # The corpus is judged from the receipts of the steps below SplitCorpus, complete as SplitCorpus is unless a
-        # receipt was damaged since: that step is then made again first (a dynamic dependency), not trusted.
+        # receipt was damaged since: that step then runs again first (a dynamic dependency), its receipt not trusted.
         yield from _made_again([self.piece_input(piece) for piece in self.pieces()])
         corpus = self.requires().corpus()
         stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out,
@@ -467,7 +467,7 @@ class PretrainDataset(PretrainTask):
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
-            # stats.json takes the sentence shards' figures from their receipts; a damaged one is made again first.
+            # stats.json takes the sentence shards' figures from their receipts; a damaged one is checked again first.
             yield from _made_again([self.stage(SentenceShards)])
             # Their report figures dropped as each is read: the report, below, takes them one at a time.
             receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
@@ -495,11 +495,20 @@ class PretrainDataset(PretrainTask):
 
 
 def _made_again(tasks: list[luigi.Task | None]):
-    """Yield (as Luigi's dynamic dependencies) those of `tasks` that are not complete: whose receipts a task reads
-    though they are not its own requirements, and which a damaged receipt has made incomplete since."""
-    incomplete = [task for task in tasks if task is not None and not task.complete()]
-    if incomplete:
-        yield incomplete
+    """Yield (as Luigi's dynamic dependencies) those of `tasks` whose receipts cannot be read (missing, or not of a
+    receipt's shape): tasks whose receipts a task reads though they are not its own requirements. Only their
+    receipts are asked for: what they describe (a sentence shard removed once its records were made, say) is not."""
+    def unreadable(task: luigi.Task) -> bool:
+        for target in luigi.task.flatten(task.output()):
+            try:
+                target.receipt()
+            except (OSError, MalformedReceipt):
+                return True
+        return False
+
+    needed = [task for task in tasks if task is not None and unreadable(task)]
+    if needed:
+        yield needed
 
 
 def written_files(shard_receipts: list[dict]) -> dict[str, dict]:
