@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from shardkit import progress
-from shardkit.cli import add_version, at_least_one, run
-from shardkit.manifest import MANIFEST
+from shardkit.cli import add_version, at_least_one, run, warn
+from shardkit.manifest import MANIFEST, check_report_folder, unfinished_note
 
 from . import convert, images
 
@@ -123,10 +123,12 @@ def _inspect(args: argparse.Namespace) -> None:
 def _stats(args: argparse.Namespace) -> None:
     from . import stats
 
+    check_report_folder(Path(args.out), Path(args.dir), stats.STARTED_BY)  # a report replaces only a report
     with progress.bar("stats", "shards") as bar:
         report = stats.stats(args.dir, args.out, args.synsets_file, overwrite=True,  # a new report replaces the last
                              progress=bar)
     sys.stdout.write(stats.stats_report_text(report))
+    warn(PROG, unfinished_note(Path(args.dir), stats.STARTED_BY))
     print(f"wrote {Path(args.out) / 'report.html'} (open it in a browser), stats.json, report.txt and the plots "
           f"as PNG files")
 

@@ -45,8 +45,8 @@ import tarfile
 from pathlib import Path
 from typing import Callable
 
-from shardkit.atomic import (read_receipt, receipt_path, remove_all_stale_temps, remove_stale_temps, write_bytes,
-                             write_json)
+from shardkit.atomic import (make_parent_folder, read_receipt, receipt_path, remove_all_stale_temps, remove_stale_temps,
+                             write_bytes, write_json)
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, write_manifest
 from shardkit.pool import forked_each
@@ -797,7 +797,7 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
                             f"another --output-dir")
         return held
     with _undone_on_failure(output_dir, plan):
-        output_dir.mkdir(parents=True, exist_ok=True)
+        make_parent_folder(output_dir / WORK_DIR / PLAN_NAME)  # a read-only or full disk: one line
         # Replaced whatever `overwrite` says: check_output_dir found the folder to hold this very dataset (or
         # nothing), and the plan records where this run's inputs are, which may have moved since.
         write_plan(plan, output_dir / WORK_DIR / PLAN_NAME, overwrite=True)

@@ -63,6 +63,12 @@ def error_line(prog: str, e: BaseException) -> str:
 CLOSED_OUTPUT_STATUS = 128 + signal.SIGPIPE
 
 
+def warn(prog: str, message: str | None) -> None:
+    """`PROG: warning: <message>` on stderr (nothing for None): what a user should know of a run that succeeded."""
+    if message is not None:
+        print(f"{prog}: warning: {message}", file=sys.stderr)
+
+
 def stdout_closed() -> bool:
     """Whether standard output is a pipe (or socket) whose reader has gone: poll() flags its write end POLLERR."""
     try:

@@ -17,6 +17,7 @@ the text the error line must contain, and a setup function when the input must b
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -63,6 +64,7 @@ class Bad:
     timeout: float = 300
     luigi_local: bool = field(default=True)  # luigi rows run with --local-scheduler --workers 1
     file_size_limit: int | None = None  # RLIMIT_FSIZE: a write beyond it fails as on a full disk (EFBIG)
+    data_tmpfs: str | None = None  # mount options of a tmpfs mounted at {root}/data: "size=64k" (a disk that fills), "ro"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,6 +275,14 @@ def _empty_files(*rels: str) -> Callable[[Path], None]:
         for rel in rels:
             (root / rel).write_bytes(b"")
     return setup
+
+
+def _huge_vocab(root: Path) -> None:
+    """A vocabulary file of 64 MiB, sparse (a hole after its tokens); tests/test_cli.py reads one of gigabytes under
+    a memory limit."""
+    with open(root / "huge_vocab.txt", "wb") as f:
+        f.write("\n".join(VOCAB_WORDS).encode() + b"\n")
+        f.truncate(64 << 20)
 
 
 def _then(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
@@ -676,6 +686,12 @@ CASES: list[Bad] = [
         "--masking 'sometimes'"),
     Bad("luigi-vocab-file-missing", PRETRAIN + ("--vocab-file", "{root}/missing.txt"), "{root}/missing.txt"),
     Bad("luigi-vocab-file-not-a-vocab", PRETRAIN + ("--vocab-file", "{root}/corpus.txt"), "{root}/corpus.txt"),
+    Bad("luigi-vocab-file-of-gigabytes", PRETRAIN + ("--vocab-file", "{root}/huge_vocab.txt"),
+        "{root}/huge_vocab.txt: larger than a vocabulary may be (16 MiB, 1,048,576 tokens)", setup=_huge_vocab),
+    Bad("create-vocab-file-of-gigabytes", CREATE[:3] + ("--vocab_file={root}/huge_vocab.txt", "--output_file={root}/o.tfrecord"),
+        "{root}/huge_vocab.txt: larger than a vocabulary may be", setup=_huge_vocab),
+    Bad("create-vocab-file-of-a-million-empty-lines", CREATE[:3] + ("--vocab_file={root}/lines.txt", "--output_file={root}/o.tfrecord"),
+        "{root}/lines.txt: larger than a vocabulary may be", setup=_write("lines.txt", "[CLS]\n[SEP]\n[MASK]\n" + "\n" * (1 << 20))),
     Bad("luigi-vocab-size-tiny", PRETRAIN + ("--vocab-size", "3"), "--vocab-size 3"),
     Bad("luigi-output-format-unknown", PRETRAIN + ("--output-format", "h5"),
         "--output-format 'h5': expected tfrecord or hdf5"),
@@ -736,6 +752,24 @@ CASES: list[Bad] = [
         "{site}/{wiki}/{date}/{wiki}-{date}-sha1sums.txt is larger than 8 MiB",
         setup=_replace_with_dev_zero(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/{DEMO_WIKI}-{DEMO_DATE}-sha1sums.txt")),
 
+    # --- luigi: an empty dump part, listed as 0 bytes or served empty (#27)
+    Bad("dump-part-listed-as-0-bytes", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        f"lists {DEMO_WIKI}-{DEMO_DATE}-pages-articles1.xml-p1p4854.bz2 as 0 bytes: an empty dump part",
+        setup=_status(lambda d: _first_file(d).update(size=0)), may_add=("data/downloads/*",)),
+    Bad("dump-part-served-empty", ("luigi", "DownloadPart", "--part", f"{FIRST_PART}.bz2", *DOWNLOAD[2:], "--wiki",
+                                   "{wiki}", "--dump-date", "{date}"),
+        f"sent 0 bytes of {FIRST_PART}.bz2: too short to be a bz2 file (tried 3 times; the file was discarded)",
+        setup=_then(_empty_files(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/{FIRST_PART}.bz2"), _status(
+            lambda d: _first_file(d).update(size=None, sha1=hashlib.sha1().hexdigest(), md5=hashlib.md5().hexdigest()))),
+        may_add=("data/downloads/*/*/dumpstatus.json", "data/downloads/*/*/*sums.txt", "data/downloads/*/*/.receipts/*")),
+    # --- luigi: a disk that fills during a download, a read-only data folder: one line naming the file (#27)
+    Bad("download-onto-a-full-disk", ("luigi", "DownloadPart", "--part", f"{FIRST_PART}.bz2", *DOWNLOAD[2:], "--wiki",
+                                      "{wiki}", "--dump-date", "{date}"),
+        f"{{root}}/data/downloads/{{wiki}}/{{date}}/{FIRST_PART}.bz2: cannot write: no space left on the device; the ",
+        data_tmpfs="size=64k", may_add=("data/downloads/*",)),
+    Bad("data-dir-read-only", PRETRAIN + ("--vocab-file", "{root}/vocab.txt"),
+        "{root}/data/downloads/{wiki}/{date}/dumpstatus.json: cannot write: read-only file system", data_tmpfs="ro"),
+
     # --- imagenet-prep
     Bad("imagenet-verify-manifest-is-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "not a manifest",
         setup=_write("imagenet_ds/MANIFEST.json", "[]")),
@@ -769,6 +803,24 @@ CASES: list[Bad] = [
         'train-00000-of-00002: "records" is not a non-negative integer',
         setup=_edit_manifest("imagenet_ds", lambda d: {**d, "files": [
             {**f, "records": [f["records"]]} if f["path"] == "train-00000-of-00002" else f for f in d["files"]]})),
+
+    # --- stats --out: never into a dataset, nor inside one, finished or not; nothing read, nothing written (#27)
+    Bad("wikiprep-stats-out-into-another-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/wiki_ds2"),
+        "--out {root}/wiki_ds2: holds a dataset ({root}/wiki_ds2/MANIFEST.json is there)",
+        setup=lambda root: shutil.copytree(root / "wiki_ds", root / "wiki_ds2")),
+    Bad("wikiprep-stats-out-inside-a-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/imagenet_ds/r"),
+        "--out {root}/imagenet_ds/r: is inside the dataset {root}/imagenet_ds ({root}/imagenet_ds/MANIFEST.json"),
+    Bad("wikiprep-stats-out-into-an-unfinished-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out",
+                                                          "{root}/started"),
+        "--out {root}/started: holds a dataset ({root}/started/dataset.json is there)",
+        setup=_write("started/dataset.json", "{}\n")),
+    Bad("imagenet-stats-out-into-a-wiki-dataset", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                   "{root}/wiki_ds"),
+        "--out {root}/wiki_ds: holds a dataset ({root}/wiki_ds/MANIFEST.json is there)"),
+    Bad("imagenet-stats-out-into-an-unfinished-dataset", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                          "{root}/started"),
+        "--out {root}/started: holds a dataset ({root}/started/.work/plan.json is there)",
+        setup=_write("started/.work/plan.json", "{}\n")),
 
     # --- imagenet-prep convert: counts refused by their flag before anything is listed or written
     Bad("imagenet-convert-train-shards-0", convert("{root}/new_ds", train_shards="0"),
@@ -831,10 +883,33 @@ CASES: list[Bad] = [
 ]
 
 
+@contextlib.contextmanager
+def _mounted_tmpfs(folder: Path, options: str | None):
+    """A tmpfs mounted at `folder` with `options` for the block (a small one fills: ENOSPC; `ro`: EROFS), as a real
+    full disk or read-only file system answers; the test is skipped, saying why, where mounting is not allowed."""
+    if options is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): a full disk and a read-only "
+                    f"folder need root with CAP_SYS_ADMIN")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_and_changes_nothing(case: Bad, world: Path, tmp_path: Path):
     root = tmp_path / "w"
     shutil.copytree(world, root, symlinks=True)
+    with _mounted_tmpfs(root / "data", case.data_tmpfs):
+        _check_one_line_and_nothing_changed(case, root)
+
+
+def _check_one_line_and_nothing_changed(case: Bad, root: Path) -> None:
     if case.setup is not None:
         case.setup(root)
     before = _snapshot(root)

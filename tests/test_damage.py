@@ -272,3 +272,42 @@ def test_a_damaged_imagenet_plan_is_named_and_made_again(imagenet, tmp_path):
     r = _imagenet(raw, out)
     assert r.returncode == 0, r.stderr[-3000:]
     assert _tree(out) == tree
+def _receipt(rel: str, change) -> callable:
+    """The receipt of `rel` (relative to the data folder) replaced by change(its parsed JSON), as JSON."""
+    def damage(data: Path) -> None:
+        path = data / rel
+        rp = path.parent / ".receipts" / f"{path.name}.json"
+        rp.write_text(json.dumps(change(json.loads(rp.read_text(encoding="utf-8")))), encoding="utf-8")
+    return damage
+
+
+EXTRACTED = f"{DEMO_WIKI}-{DEMO_DATE}/extracted/{DEMO_WIKI}-{DEMO_DATE}-pages-articles1.xml-p1p4854.jsonl"
+SPLIT = f"{DEMO_WIKI}-{DEMO_DATE}/split/n2_seed12345_min200/{DEMO_WIKI}-{DEMO_DATE}-pages-articles1.xml-p1p4854"
+SENTENCES = f"{DEMO_WIKI}-{DEMO_DATE}/sentences/n2_seed12345_min200/shard_00000.txt"
+
+
+@pytest.mark.parametrize("damage", [
+    pytest.param(_receipt(EXTRACTED, lambda r: [r]), id="an extraction's receipt a list"),
+    pytest.param(_receipt(EXTRACTED, lambda r: "done"), id="an extraction's receipt a string"),
+    pytest.param(_receipt(EXTRACTED, lambda r: {k: v for k, v in r.items() if k != "stats"}),
+                 id="an extraction's receipt without its stats"),
+    pytest.param(_receipt(SPLIT, lambda r: {**r, "files": list(r["files"])}), id="a split's receipt listing no sizes"),
+    pytest.param(_receipt(SENTENCES, lambda r: {**r, "stats": "many"}), id="a sentence shard's stats a string"),
+    pytest.param(_receipt(f"{DATASET}/wiki_00001.tfrecord", lambda r: {**r, "size": str(r["size"])}),
+                 id="a shard's size a string"),
+])
+def test_a_receipt_of_the_wrong_shape_is_no_receipt(copy, damage):
+    """A receipt that parses but has not its writer's shape: the output is checked again (made again, found
+    identical, kept) and the receipt written again; never a traceback. The dataset's manifest and stats.json, and
+    a sentence shard with its records, are removed, so that the rerun reads every receipt below them."""
+    site, data, tree = copy
+    damage(data)
+    (data / DATASET / "MANIFEST.json").unlink()
+    (data / DATASET / "stats.json").unlink()
+    (data / SENTENCES.replace("00000", "00001")).unlink()  # merged again: the corpus is judged from the receipts
+    (data / DATASET / "wiki_00001.tfrecord").unlink()
+    r = _run(*_args(site, data))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert _tree(data / DATASET) == tree
+    r = _run(*_args(site, data))
+    assert r.returncode == 0 and "ran successfully" not in r.stderr, r.stderr[-3000:]  # the receipts are whole again

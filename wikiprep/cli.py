@@ -36,9 +36,10 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from shardkit.cli import add_version, at_least_one, error_line, run
+from shardkit.cli import add_version, at_least_one, error_line, run, warn
 from shardkit import progress
 from shardkit.errors import PrepError, excerpt
+from shardkit.manifest import check_report_folder, unfinished_note
 
 from . import inspection, instances, layouts, stats, verify
 from .options import GenerationOptions
@@ -270,9 +271,11 @@ def _verify(args: argparse.Namespace) -> None:
 
 
 def _stats(args: argparse.Namespace) -> None:
+    check_report_folder(Path(args.out), Path(args.dir), stats.STARTED_BY)  # a report replaces only a report
     with progress.bar("stats", "files") as bar:
         text = stats.write_report(args.dir, args.out, overwrite=True, progress=bar)  # a new report replaces the last
     sys.stdout.write(text)
+    warn(PROG, unfinished_note(Path(args.dir), stats.STARTED_BY))
     print(f"wrote {Path(args.out) / 'report.html'} (open it in a browser), stats.json, report.txt and the plots "
           f"as PNG files")
 

@@ -556,6 +556,36 @@ def bucket_name(shard: int) -> str:
     return f"bucket_{shard:05d}.txt"
 
 
+class _Buckets:
+    """The `num_shards` bucket files of one split, written with at most one file open at a time, whatever the
+    number of shards: each bucket's text is held in memory and appended to its file (opened, written, closed) when
+    all of it held reaches FLUSH_CHARS, and at the end. Thousands of shards thus need no open-file limit above the
+    usual 1,024, and memory stays bounded; the bytes are those of one file per shard written in order."""
+
+    FLUSH_CHARS = 16 << 20
+
+    def __init__(self, folder: Path, num_shards: int):
+        self.paths = [folder / bucket_name(i) for i in range(num_shards)]
+        self.held: list[list[str]] = [[] for _ in range(num_shards)]
+        self.chars = 0
+        for path in self.paths:  # every bucket exists, an empty one too
+            path.touch()
+
+    def write(self, shard: int, text: str) -> None:
+        self.held[shard].append(text)
+        self.chars += len(text)
+        if self.chars >= self.FLUSH_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        for path, held in zip(self.paths, self.held):
+            if held:
+                with open(path, "a", encoding="utf-8", newline="\n") as f:
+                    f.write("".join(held))
+                held.clear()
+        self.chars = 0
+
+
 def split_piece(documents: Iterable[Document], punkt_path: str | Path | None, out_dir: str | Path, *, num_shards: int,
                 seed: int, size: int = 0, language: str | None = None, progress: Progress | None = None) -> dict:
     """Sentence-split the documents of one piece into `num_shards` bucket files, committed as one folder.
@@ -573,28 +603,25 @@ def split_piece(documents: Iterable[Document], punkt_path: str | Path | None, ou
     if progress is not None:
         progress(0, size)
     with atomic_dir(out_dir) as tmp:
-        files = [open(tmp / bucket_name(i), "w", encoding="utf-8", newline="\n") for i in range(num_shards)]
-        try:
-            for doc in documents:
-                if progress is not None:
-                    progress(doc.read, size)
-                if not doc.split:
-                    lines = doc.paragraphs
-                elif splitter is None:
-                    raise ValueError(f"document {doc.id} needs splitting, and no sentence model was given")
-                else:
-                    lines = document_sentences(doc.paragraphs, splitter) if doc.paragraphs else []
-                if not lines:
-                    dropped[doc.dropped or "no_sentences"] += 1
-                    continue
-                shard = shard_of(seed, doc.id, num_shards)
-                files[shard].write("\n".join(lines) + "\n\n")
-                documents_kept += 1
-                sentences += len(lines)
-                per_shard[shard] += 1
-        finally:
-            for f in files:
-                f.close()
+        buckets = _Buckets(tmp, num_shards)
+        for doc in documents:
+            if progress is not None:
+                progress(doc.read, size)
+            if not doc.split:
+                lines = doc.paragraphs
+            elif splitter is None:
+                raise ValueError(f"document {doc.id} needs splitting, and no sentence model was given")
+            else:
+                lines = document_sentences(doc.paragraphs, splitter) if doc.paragraphs else []
+            if not lines:
+                dropped[doc.dropped or "no_sentences"] += 1
+                continue
+            shard = shard_of(seed, doc.id, num_shards)
+            buckets.write(shard, "\n".join(lines) + "\n\n")
+            documents_kept += 1
+            sentences += len(lines)
+            per_shard[shard] += 1
+        buckets.flush()
     if progress is not None:
         progress(size, size)
     stage.finish(documents_kept, "documents", size)

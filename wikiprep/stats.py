@@ -20,18 +20,21 @@ from pathlib import Path
 
 from shardkit.plots import figure
 from shardkit.report import Html, Report, Section, details, facts, page, paragraph, row, section, status, table, tag
-from shardkit.atomic import sha256_file, write_json, write_text
+from shardkit.atomic import make_parent_folder, sha256_file, write_json, write_text
 from shardkit.errors import PrepError
 from shardkit.manifest import manifest_status, status_words
 from shardkit.progress import Progress, Stage, throttle
 
 from . import layouts
+from .dataset import DESCRIPTION
 from .reader import RecordFiles, file_batches, open_records
 from .schema import PRED, SEQ
 from .tokenization import CLS, PAD, SEP, UNK, Vocab
 
 log = logging.getLogger(__name__)
 
+# What a dataset folder holds from its start: a report without MANIFEST.json beside it is of an unfinished one.
+STARTED_BY = (DESCRIPTION,)
 TOP_TOKENS = 30       # the commonest tokens and masked tokens listed
 SHOWN_INSTANCES = 5   # decoded in the report
 
@@ -78,7 +81,7 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
     return {"folder": name if name is not None else str(folder), **st,
             "vocab": _vocab_status(vocab_path, found.description),
             "manifest": manifest_status(folder, {part["file"]: part["records"] for part in parts}, name,
-                                         known_files),
+                                         known_files, started_by=STARTED_BY),
             **({"corpus": corpus} if corpus else {}),
             "instances": shown}
 
@@ -703,15 +706,14 @@ def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False
     `known_files`: what the writers of its files already know (all three as `dataset_stats`'s);
     `progress(done, total)` counts the record files read.
 
-    `overwrite` replaces a report already there (the command line); without it an existing one is
-    kept when identical and refused when not (`shardkit.atomic`).
+    `overwrite` replaces a report already there (the command line, which first refuses an `out` in or holding a
+    dataset: `shardkit.manifest.check_report_folder`); without it an existing one is kept when identical and
+    refused when not (`shardkit.atomic`).
     """
     folder, out = Path(folder), Path(out)
-    if out.resolve() == folder.resolve():
-        raise PrepError(f"--out {out}: choose a report folder other than the dataset itself")
     st = dataset_stats(folder, progress, name=name, read_back=read_back, known_files=known_files)
     html_text, rep = report_html(st)
-    out.mkdir(parents=True, exist_ok=True)
+    make_parent_folder(out / "stats.json")
     write_json(out / "stats.json", st, overwrite=overwrite)
     text = stats_report_text(st)
     write_text(out / "report.txt", text, overwrite=overwrite)

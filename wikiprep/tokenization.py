@@ -27,7 +27,7 @@ from array import array
 from pathlib import Path
 
 from shardkit.errors import PrepError
-from shardkit.verified import read_committed
+from shardkit.verified import open_committed
 
 UNK, CLS, SEP, MASK, PAD = "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"
 MAX_INPUT_CHARS_PER_WORD = 200
@@ -101,6 +101,13 @@ def _strip_accents(text: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFD", text) if category(ch) != "Mn")
 
 
+# A vocabulary is read whole into memory (its tokens, ids and the tokenizer's tables), so it is bounded: BERT's
+# vocabularies have 30,522 tokens (~230 KB), multilingual BERT's 119,547 (~1 MB); these caps are far above any real
+# WordPiece vocabulary, and keep the memory a vocabulary takes to a few hundred MB at most.
+MAX_VOCAB_BYTES = 16 << 20
+MAX_VOCAB_TOKENS = 1 << 20
+
+
 class Vocab:
     """A BERT vocab.txt: one token per line, id = line number; the one place a vocabulary is checked.
 
@@ -118,11 +125,15 @@ class Vocab:
     def __init__(self, path: str | Path, require_unk: bool = False):
         self.path = Path(path)
         try:
-            data = read_committed(self.path)  # a trained vocabulary is checked against its receipt
+            with open_committed(self.path) as f:  # a trained vocabulary is checked against its receipt
+                data = f.read(MAX_VOCAB_BYTES + 1)  # never more: a file of gigabytes is refused, not read whole
         except FileNotFoundError:
             raise PrepError(f"{self.path}: vocabulary file not found") from None
         except OSError as e:
             raise PrepError(f"{self.path}: cannot read the vocabulary file ({e.strerror})") from None
+        if len(data) > MAX_VOCAB_BYTES or data.count(b"\n") > MAX_VOCAB_TOKENS:
+            raise PrepError(f"{self.path}: larger than a vocabulary may be ({MAX_VOCAB_BYTES >> 20} MiB, "
+                            f"{MAX_VOCAB_TOKENS:,} tokens): not a WordPiece vocabulary")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:

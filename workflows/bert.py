@@ -42,8 +42,8 @@ from wikiprep.options import GenerationOptions
 from wikiprep.schema import PRED, SEQ
 from wikiprep.tokenization import Vocab
 
-from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, ManifestTarget,
-                   OptionalParameter, PrepTask, ReceiptTarget, commit_report, report_target)
+from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, MalformedReceipt,
+                   ManifestTarget, OptionalParameter, PrepTask, ReceiptTarget, commit_report, report_target)
 
 luigi.namespace("bert", scope=__name__)
 
@@ -236,7 +236,7 @@ class SplitPiece(CorpusTask):
         return deps
 
     def output(self):
-        return ReceiptTarget(self.work_dir / "split" / split_name(self) / self.piece.name)
+        return ReceiptTarget(self.work_dir / "split" / split_name(self) / self.piece.name, {"stats": dict})
 
     def run(self):
         source, piece = self.source(), self.piece
@@ -256,10 +256,13 @@ class SplitCorpus(CorpusTask):
 
     def check_before_work(self) -> None:
         """Once every piece has its split receipt, complete() judges them too: a rerun is refused before
-        any work. (Whether each split still matches its receipt, complete() asks next.)"""
+        any work."""
         super().check_before_work()
-        if all(receipt_path(t.path).is_file() for t in self.output()):
-            self.corpus()
+        if all(t.exists() for t in self.output()):
+            try:
+                self.corpus()
+            except MalformedReceipt:  # a damaged receipt of a step below: SentenceShard makes it again, then judges
+                pass
 
     def requires(self):
         return [self.piece_task(self.stages[SplitPiece], piece) for piece in self.pieces()]
@@ -294,7 +297,7 @@ class SentenceShardTarget(ReceiptTarget):
     at its size. Either receipt gives the shard's `stats` and the corpus' dropped documents."""
 
     def __init__(self, path: Path, shard: int):
-        super().__init__(path)
+        super().__init__(path, {"stats": dict, "corpus": dict})
         self.shard = shard
 
     def _folder_receipt(self) -> dict | None:
@@ -306,10 +309,10 @@ class SentenceShardTarget(ReceiptTarget):
             return None
 
     def exists(self) -> bool:
-        return read_receipt(self.path) is not None or self._folder_receipt() is not None
+        return self._has_keys(read_receipt(self.path)) or self._folder_receipt() is not None
 
     def receipt(self) -> dict:
-        if read_receipt(self.path) is not None:
+        if self._has_keys(read_receipt(self.path)):
             return super().receipt()
         folder = self._folder_receipt()
         if folder is None:
@@ -355,6 +358,9 @@ class SentenceShard(CorpusTask):
         out = self.output().path
         # Before shards were merged one per task, the folder was built whole under a temporary name.
         remove_stale_temps(out.parent)
+        # The corpus is judged from the receipts of the steps below SplitCorpus, complete as SplitCorpus is unless a
+        # receipt was damaged since: that step then runs again first (a dynamic dependency), its receipt not trusted.
+        yield from _made_again([self.piece_input(piece) for piece in self.pieces()])
         corpus = self.requires().corpus()
         stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out,
                                       progress=self.progress(f"merge {out.name}", "B"))
@@ -499,7 +505,7 @@ class PretrainShard(PretrainTask):
 
     def output(self):
         return IndexedTarget(self.shards_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
-                                                                  self.output_layout))
+                                                                  self.output_layout), {"stats": dict})
 
     def run(self):
         out = self.output().path
@@ -610,6 +616,8 @@ class PretrainDataset(PretrainTask):
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
+            # stats.json takes the sentence shards' figures from their receipts; a damaged one is checked again first.
+            yield from _made_again([self.stage(SentenceShards)])
             # Their report figures dropped as each is read: the report, below, takes them one at a time.
             receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.dataset_files()]
             finished = {}
@@ -643,6 +651,23 @@ class PretrainDataset(PretrainTask):
         commit_report(self.dataset_dir, lambda out: record_stats.write_report(
             self.dataset_dir, out, name=self.dataset_dir.name, read_back=read_back,
             known_files=written_files(hashes)))
+
+
+def _made_again(tasks: list[luigi.Task | None]):
+    """Yield (as Luigi's dynamic dependencies) those of `tasks` whose receipts cannot be read (missing, or not of a
+    receipt's shape): tasks whose receipts a task reads though they are not its own requirements. Only their
+    receipts are asked for: what they describe (a sentence shard removed once its records were made, say) is not."""
+    def unreadable(task: luigi.Task) -> bool:
+        for target in luigi.task.flatten(task.output()):
+            try:
+                target.receipt()
+            except (OSError, MalformedReceipt):
+                return True
+        return False
+
+    needed = [task for task in tasks if task is not None and unreadable(task)]
+    if needed:
+        yield needed
 
 
 def written_files(shard_receipts: list[dict]) -> dict[str, dict]:

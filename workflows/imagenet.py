@@ -74,7 +74,7 @@ class ImageNetShard(ImageNetTask):
 
     def output(self):
         n = self.train_shards if self.split == "train" else self.validation_shards
-        return ShardTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n))
+        return ShardTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n), {"result": dict})
 
     def run(self):
         remove_stale_temps(self.output().path)

@@ -160,12 +160,14 @@ class ExtractPart(WikiTask):
         return extract.Piece(self.part, self.slice, self.slices)
 
     def output(self):
-        return ReceiptTarget(self.source().extracted_path(self.piece))
+        return ReceiptTarget(self.source().extracted_path(self.piece), {"stats": dict})
 
     def run(self):
         out = self.output().path
         remove_stale_temps(out)
         part = self.input().path
+        # A part damaged since its download was verified is named and removed to be fetched again, not blamed on
+        # the dump (extract.PartReader checks it against its receipt before an error about its content).
         stats = extract.extract_part(part, out, self.dump_date, byte_range=self.piece.byte_range(part),
                                      progress=self.progress(f"extract {self.piece.name}", "B"))
         write_receipt(out, stats=stats)
