@@ -411,6 +411,9 @@ def _flags(rel: str, text: str) -> Callable[[Path], None]:
 # The table
 
 CREATE = ("wikiprep", "create-pretraining-data", "--input_file={root}/corpus.txt", "--vocab_file={root}/vocab.txt")
+# A Hugging Face tokenizer.json of VOCAB_WORDS whose normalizer keeps case.
+CASED_TOKENIZER_JSON = json.dumps({"model": {"type": "WordPiece", "vocab": {w: i for i, w in enumerate(VOCAB_WORDS)}},
+                                   "normalizer": {"type": "BertNormalizer", "lowercase": False}})
 # Without --wiki and --dump-date, for the rows that vary them.
 DUMP_PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--vocab-file",
                  "{root}/vocab.txt")
@@ -483,6 +486,17 @@ CASES: list[Bad] = [
          "--vocab_file={root}/vocab.txt"), "matches no file"),
     Bad("create-vocab-missing", CREATE[:3] + ("--vocab_file={root}/missing.txt", "--output_file={root}/out.tfrecord"),
         "missing.txt"),
+    # a Hugging Face tokenizer.json is taken for its WordPiece vocabulary; another model type, or a normalizer cased
+    # otherwise than --do_lower_case, is refused
+    Bad("create-tokenizer-json-bpe", CREATE[:3] + ("--vocab_file={root}/tok.json", "--output_file={root}/o.tfrecord"),
+        "tok.json: a tokenizer.json of model type 'BPE': only a WordPiece vocabulary (BERT's) can be used",
+        setup=_write("tok.json", '{"model": {"type": "BPE", "vocab": {}, "merges": []}}')),
+    Bad("create-tokenizer-json-cased", CREATE[:3] + ("--vocab_file={root}/tok.json", "--output_file={root}/o.tfrecord"),
+        "tok.json: its normalizer keeps case (a cased vocabulary), but --do_lower_case is true: give "
+        "--do_lower_case false", setup=_write("tok.json", CASED_TOKENIZER_JSON)),
+    Bad("pretrain-tokenizer-json-cased", PRETRAIN + ("--vocab-file", "{root}/tok.json"),
+        "tok.json: its normalizer keeps case (a cased vocabulary), but --do-lower-case is true: give "
+        "--do-lower-case false", setup=_write("tok.json", CASED_TOKENIZER_JSON)),
     # generation flags beyond GenerationOptions' bounds (within them, the original's instances)
     Bad("create-seq-too-short", CREATE + ("--output_file={root}/out.tfrecord", "--max_seq_length=4"),
         "max_seq_length=4: must be at least 5"),

@@ -386,3 +386,23 @@ def test_a_vocabulary_file_of_gigabytes_is_one_line_in_bounded_memory(tmp_path):
     assert r.stderr.splitlines()[-1] == (f"wikiprep: error: {vocab}: larger than a vocabulary may be (16 MiB, "
                                          f"1,048,576 tokens): not a WordPiece vocabulary")
     assert not (tmp_path / "out.tfrecord").exists()
+
+
+def test_a_tokenizer_json_is_taken_for_its_wordpiece_vocabulary(tmp_path):
+    """A Hugging Face tokenizer.json (here made by `tokenizers` from BERT's vocab.txt) gives the same records as the
+    vocab.txt it holds, and is kept as that vocab.txt."""
+    from tokenizers import BertWordPieceTokenizer
+
+    from wikiprep.tokenization import Vocab
+
+    tokenizer_json = tmp_path / "tokenizer.json"
+    BertWordPieceTokenizer(str(VOCAB), lowercase=True).save(str(tokenizer_json))
+    assert Vocab(tokenizer_json).vocab_txt == VOCAB.read_bytes() and Vocab(tokenizer_json).lowercase is True
+    outputs = {}
+    for vocab in (VOCAB, tokenizer_json):
+        out = tmp_path / f"{vocab.stem}.tfrecord"
+        res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt", f"--vocab_file={vocab}",
+                       f"--output_file={out}")
+        assert res.returncode == 0, res.stderr
+        outputs[vocab.name] = out.read_bytes()
+    assert outputs["tokenizer.json"] == outputs[VOCAB.name]

@@ -43,6 +43,7 @@ from shardkit.manifest import check_report_folder, unfinished_note
 
 from . import inspection, instances, layouts, stats, verify
 from .options import GenerationOptions
+from .tokenization import Vocab
 
 PROG = "wikiprep"
 
@@ -193,6 +194,7 @@ def _create(args: argparse.Namespace) -> None:
     layout = layouts.from_output_names(outputs, layout_flag, pad_position_value=args.pad_position_value,
                                        masking=args.masking)
     instances.check_layout(layout, outputs, index_files or [None] * len(outputs), options)
+    Vocab.load(args.vocab_file).check_case(options.do_lower_case, "--do_lower_case")  # a tokenizer.json says
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)

@@ -24,12 +24,12 @@ from shardkit.atomic import remove_leftover_temps, sha256_file, write_bytes, wri
 from shardkit.errors import PrepError
 from shardkit.manifest import write_manifest
 from shardkit.progress import Progress
-from shardkit.verified import read_committed
 
 from . import instances, layouts
 from .layouts import Layout
 from .options import GenerationOptions
 from .sentences import stable_hash
+from .tokenization import Vocab
 from .vocab import check_vocab_file
 
 DESCRIPTION = "dataset.json"
@@ -89,7 +89,7 @@ def describe(options: GenerationOptions, vocab_path: str | Path | None, *, corpu
     description.update(corpus)
     description.update(own)
     if vocab_path is not None:
-        check_vocab_file(vocab_path)
+        check_vocab_file(vocab_path, options.do_lower_case)
         description["vocab_sha256"] = sha256_file(vocab_path)
     return description
 
@@ -194,7 +194,8 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
     claim_folder(folder, spec)
     # Every shard is committed: a temporary still here was left by a lost node or a duplicate run.
     remove_leftover_temps(folder)
-    write_bytes(folder / "vocab.txt", read_committed(vocab_path))  # a trained one checked against its receipt
+    # A trained one is checked against its receipt as it is read; a tokenizer.json is kept as its vocab.txt.
+    write_bytes(folder / "vocab.txt", Vocab.load(vocab_path).vocab_txt)
     shards, totals, counts = [], {}, {}
     for i, st in enumerate(shard_stats):
         counts[spec.shard_name(i)] = st["instances"]

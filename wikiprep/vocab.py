@@ -239,6 +239,10 @@ def check_vocab_size(vocab_size: int) -> None:
         raise PrepError(f"--vocab-size {vocab_size}: {TOO_SMALL}")
 
 
-def check_vocab_file(path: str | Path) -> int:
-    """Raise PrepError unless `path` is a BERT vocabulary the pipeline can use ([UNK] included); returns its size."""
-    return Vocab.load(path, require_unk=True).size
+def check_vocab_file(path: str | Path, do_lower_case: bool | None = None) -> int:
+    """Raise PrepError unless `path` is a BERT vocabulary the pipeline can use ([UNK] included, and cased as
+    `do_lower_case` says when it says how it is cased); returns its size."""
+    vocab = Vocab.load(path, require_unk=True)
+    if do_lower_case is not None:
+        vocab.check_case(do_lower_case, "--do-lower-case")
+    return vocab.size
