@@ -148,6 +148,11 @@ class CorpusTask(PrepTask):
         source of a mixture); nothing for a corpus that has none."""
         return {}
 
+    def split_sources(self) -> list[int] | None:
+        """For a corpus of several sources (a mixture): the source of each split SplitCorpus requires, in order,
+        so that each shard's instances are counted per source; None for one source."""
+        return None
+
     # Shared by every stage.
 
     def check_before_work(self) -> None:
@@ -357,7 +362,7 @@ class SentenceShard(CorpusTask):
         remove_stale_temps(out.parent)
         corpus = self.requires().corpus()
         stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out,
-                                      progress=self.progress(f"merge {out.name}", "B"))
+                                      progress=self.progress(f"merge {out.name}", "B"), sources=self.split_sources())
         write_receipt(out, stats=stats, corpus={"documents": corpus["documents"], "dropped": corpus["dropped"]})
 
 
@@ -504,9 +509,11 @@ class PretrainShard(PretrainTask):
     def run(self):
         out = self.output().path
         seed = dataset.shard_seed(self.seed, self.shard)
-        stats = dataset.write_shard(self.input()["sentences"].path,
+        sentence_shard = self.input()["sentences"]
+        stats = dataset.write_shard(sentence_shard.path,
                                     self.vocab_path(), out, dataclasses.replace(self.options, random_seed=seed),
-                                    self.dataset_spec(), progress=self.progress(f"instances {out.name}", "B"))
+                                    self.dataset_spec(), progress=self.progress(f"instances {out.name}", "B"),
+                                    source_starts=sentence_shard.receipt()["stats"].get("source_starts", ()))
         # The index's hash too, taken here where the shard was written, so that PretrainDataset's
         # manifest reads neither file again (HDF5 shards have no index).
         index = self.output_layout.index_path(out)

@@ -114,6 +114,9 @@ class MixTask(bert.CorpusTask):
             out += [(n, t) for t in splits * repeat]
         return out
 
+    def split_sources(self) -> list[int]:
+        return [n for n, _ in self.split_tasks()]
+
     def read_for_plan(self) -> str:
         return "; ".join(f"source {n + 1}: {task.read_for_plan()}" for n, (task, _) in enumerate(self.members()))
 
