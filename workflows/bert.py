@@ -124,6 +124,14 @@ class CorpusTask(PrepTask):
         """The tasks that fetch the corpus (Wikipedia's download), for the first job of the Slurm chain."""
         return []
 
+    def punkt_tasks(self) -> list[luigi.Task]:
+        """The sentence models the pieces' splits need (none when the corpus comes split), for the Slurm chain."""
+        return [self.stage(TrainPunkt)] if self.needs_punkt() else []
+
+    def piece_splits(self) -> list[luigi.Task]:
+        """The split of every piece (SplitPiece's task of each), in corpus order."""
+        return [self.piece_task(self.stages[SplitPiece], piece) for piece in self.pieces()]
+
     def read_for_plan(self) -> str:
         """Make the pieces known to a dry run (workflows.plan) without writing anything; the plan's line that
         says how many there are and where they were read from."""
@@ -267,7 +275,7 @@ class SplitCorpus(CorpusTask):
             self.corpus()
 
     def requires(self):
-        return [self.piece_task(self.stages[SplitPiece], piece) for piece in self.pieces()]
+        return self.piece_splits()
 
     def output(self):
         return self.input()
