@@ -107,10 +107,12 @@ def html_articles(pages: dict[str, bytes], max_bytes: int | None = None) -> list
     return articles
 
 
-def fetch_articles(language: str, cache: Path, max_bytes: int | None = None) -> tuple[list, list[dict]]:
-    """The articles of `language`'s manuals (`html_articles`), and the packages they came from (name, sha256)."""
+def fetch_articles(language: str, cache: Path, max_bytes: int | None = None,
+                   packages: list[tuple[str, str, str]] | None = None) -> tuple[list, list[dict]]:
+    """The articles of `language`'s manuals (`html_articles`; `packages` as LANGUAGES gives them, for another
+    language's), and the packages they came from (name, sha256)."""
     articles, sources = [], []
-    for package, folder, suffix in LANGUAGES[language][1]:
+    for package, folder, suffix in packages or LANGUAGES[language][1]:
         deb = realtext.fetch_package(cache, package)
         articles += html_articles(realtext.deb_files(deb, folder, suffix), max_bytes)
         sources.append({"package": deb.name, "sha256": hashlib.sha256(deb.read_bytes()).hexdigest()})
