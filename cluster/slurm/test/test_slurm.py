@@ -251,8 +251,8 @@ def test_one_allocation_drains_on_the_warning_signal_and_a_resubmission_finishes
 
 
 def test_a_mixtures_chain_writes_what_one_process_writes(site, tmp_path):
-    """make slurm-mix-128: the sample dump and a books folder (twice), every job of the chain completed, and the
-    same MANIFEST.json as PretrainMix128 with the local scheduler."""
+    """make slurm-mix-128: the sample dump and a books folder (twice; short books, so --min-doc-chars 0), every job
+    of the chain completed, and the same MANIFEST.json as PretrainMix128 with the local scheduler."""
     books = tmp_path / "books"
     books.mkdir()
     for i in range(6):
@@ -263,7 +263,7 @@ def test_a_mixtures_chain_writes_what_one_process_writes(site, tmp_path):
     recipe.write_text(f'name = "wiki-books"\n[[source]]\nkind = "wikipedia"\nwiki = "{WIKI}"\ndump_date = "{DATE}"\n'
                       f'dump_url = "{site.as_uri()}"\n[[source]]\nkind = "text"\npath = "{books}"\nformat = "books"\n'
                       f'repeat = 2\n', encoding="utf-8")
-    mix = ["--recipe", str(recipe), "--num-shards", "2", "--vocab-size", "8000"]
+    mix = ["--recipe", str(recipe), "--num-shards", "2", "--vocab-size", "8000", "--min-doc-chars", "0"]
     serial = tmp_path / "serial"
     r = subprocess.run([str(VENV / "bin" / "luigi"), "--module", "workflows", "PretrainMix128", "--data-dir",
                         str(serial), *mix, "--local-scheduler", "--workers", "1"], cwd=REPO, env=env(),
