@@ -1,6 +1,7 @@
 """Chinese and Japanese dumps through Pretrain128: sentence splitting, next-sentence balance, [UNK].
 
     .venv/bin/python benchmarks/bench_languages.py OUT [--code DIR] [--fixture]
+    .venv/bin/python benchmarks/bench_languages.py OUT --large [--seed S]
     .venv/bin/python benchmarks/bench_languages.py OUT --web
 
 Builds a zhwiki and a jawiki dump of real prose (`cjktext`: Debian's translated manuals, fetched with
@@ -14,6 +15,9 @@ language:
 - `random_next`: the share of instances whose second segment is a random one (about half in the original
   generator when documents have enough sentences);
 - `unk`: the share of [UNK] among the tokens of the instances' documents (stats.json).
+
+`--large`: Japanese alone, from more of Debian's Japanese manuals (`cjktext.MORE_JA`): whether the random-next
+share of the small dump is its few long documents' draw. `--seed` is Pretrain128's.
 
 `--web`: German and French instead, as a cased web corpus: the same manuals' German and French translations, a
 JSON line per section (its paragraphs in `text`) in `de.jsonl.gz` and `fr.jsonl.gz`, through `PretrainText128
@@ -56,13 +60,14 @@ def run_on_share(sentence_dir: Path) -> tuple[int, int]:
     return run_on, lines
 
 
-def pretrain(site: Path, data: Path, wiki: str, code: Path, num_shards: int) -> subprocess.CompletedProcess:
+def pretrain(site: Path, data: Path, wiki: str, code: Path, num_shards: int,
+             seed: int = 12345) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(code))
     env.pop("LUIGI_CONFIG_PATH", None)
     return subprocess.run([str(Path(sys.executable).with_name("luigi")), "--module", "workflows", "Pretrain128",
                            "--data-dir", str(data), "--dump-url", site.resolve().as_uri(), "--wiki", wiki,
-                           "--dump-date", cjktext.DATE, "--num-shards", str(num_shards), "--local-scheduler",
-                           "--workers", "2"], cwd=code, env=env, capture_output=True, text=True)
+                           "--dump-date", cjktext.DATE, "--num-shards", str(num_shards), "--seed", str(seed),
+                           "--local-scheduler", "--workers", "2"], cwd=code, env=env, capture_output=True, text=True)
 
 
 def measure(data: Path, wiki: str) -> dict:
@@ -129,18 +134,23 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--fixture", action="store_true", help="the tests' excerpt, not the whole manuals")
     parser.add_argument("--num-shards", type=int, default=4)
     parser.add_argument("--web", action="store_true", help="German and French as a cased JSONL.gz web corpus")
+    parser.add_argument("--large", action="store_true", help="Japanese alone, from more manuals (cjktext.MORE_JA)")
+    parser.add_argument("--seed", type=int, default=12345)
     args = parser.parse_args(argv)
     if args.web:
         print(json.dumps({"languages": "de+fr", **web(args.out, args.code.resolve(), args.num_shards)}))
         return
     site, data = args.out / "site", args.out / "data"
-    for language, (wiki, _) in cjktext.LANGUAGES.items():
+    for language, (wiki, packages) in cjktext.LANGUAGES.items():
+        if args.large and language != "ja":
+            continue
         if args.fixture:
             articles = cjktext.read_articles(FIXTURES / f"{language}.txt")
         else:
-            articles, _ = cjktext.fetch_articles(language, args.out / "deb-cache")
+            articles, _ = cjktext.fetch_articles(language, args.out / "deb-cache",
+                                                 packages=packages + cjktext.MORE_JA if args.large else None)
         cjktext.write_articles_dump(site, articles, wiki)
-        r = pretrain(site, data, wiki, args.code.resolve(), args.num_shards)
+        r = pretrain(site, data, wiki, args.code.resolve(), args.num_shards, args.seed)
         if r.returncode != 0:
             sys.exit(f"bench_languages: error: Pretrain128 of {wiki} failed:\n{r.stderr[-3000:]}")
         print(json.dumps({"language": language, "articles": len(articles), **measure(data, wiki)}))
