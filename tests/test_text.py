@@ -308,7 +308,7 @@ def test_the_sentences_format_gives_create_pretraining_datas_records(tmp_path):
     assert ours.read_bytes() == out.read_bytes()
 
 
-def test_a_jsonl_gz_corpus_of_german_and_french_builds_cased(tmp_path):
+def test_a_jsonl_gz_corpus_of_german_and_french_builds(tmp_path):
     """Web-style documents in a field of another name, gzip-compressed, two files cut in byte ranges, cased
     (--do-lower-case false) with a vocabulary trained on them: capitals and accents are kept in the vocabulary and
     in the records, and no token is [UNK]."""
