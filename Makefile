@@ -170,6 +170,14 @@ mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512: setup
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS) \
 	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))
 
+# The Slurm job chain of a mixture (docs/cluster.md, "Slurm"), the variables of mix-128.
+.PHONY: slurm-mix-128 slurm-mix-384 slurm-mix-512
+slurm-mix-128 slurm-mix-384 slurm-mix-512: setup
+	@if [ -z "$(RECIPE)" ]; then echo "make $@: set RECIPE=<a recipe .toml file> (docs/tasks.md, mixtures)" >&2; exit 2; fi
+	WIKIPREP_VENV=$(abspath $(VENV)) SBATCH_ARGS='$(SBATCH_ARGS)' SLURM_MAX_RUNNING='$(SLURM_MAX_RUNNING)' \
+	  cluster/slurm/submit.sh $(subst slurm-,,$@) --data-dir $(DATA_DIR) --recipe $(RECIPE) --num-shards $(NUM_SHARDS) \
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS)
+
 # Submits the Slurm job chain (job-array mode) and prints the job ids; run it again to resume.
 slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 	@if [ -z "$(DUMP_DATE)" ]; then \

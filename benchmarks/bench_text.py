@@ -7,9 +7,9 @@ The prose is Python's documentation from Debian's python3.11-doc package (`bench
 among them: a CRLF file, a byte-order mark, an empty file, a whitespace-only file, one 100,000-character paragraph
 and one Latin-1 file. It checks and prints:
 
-- the dataset built with 1 and then 2 workers, byte-identical; a run killed (SIGKILL) while it works and run again,
-  byte-identical too;
-- the skipped files counted by reason; the [UNK] rate with the BERT-base uncased vocabulary; wiki markup left in
+- the dataset built with 1 and then 2 workers, byte-identical; a run killed (SIGKILL) while it writes its shards
+  (once the first is committed, before the dataset is finished) and run again, byte-identical too;
+- the skipped files counted by reason and named; the [UNK] rate with the BERT-base uncased vocabulary; wiki markup left in
   the sentence shards (`wikiprep.wikipedia.clean.markup_residue`, the test the Wikipedia path is held to);
 - seconds per core of the stages after extraction (splitting, merging, instances: the stage lines each writes),
   for the books and for the same pages as a dump through Pretrain128 (its extraction left out).
@@ -107,9 +107,13 @@ def main(work: Path, count: int) -> dict:
     same_workers = files(dataset) == files(work / "two" / "books" / "seq128_mask20_dup5")
 
     killed = luigi(*text_args, "--data-dir", str(work / "killed"), workers=2, background=True)
-    time.sleep(8)
+    receipts = work / "killed" / "books" / "seq128_mask20_dup5" / ".receipts"
+    while killed.poll() is None and not list(receipts.glob("text_*.json")):
+        time.sleep(0.01)
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
+    shards_at_kill = len(list(receipts.glob("text_*.json")))
+    finished_at_kill = (receipts.parent / "MANIFEST.json").exists()
     luigi(*text_args, "--data-dir", str(work / "killed"), workers=2)
     same_after_kill = files(dataset) == files(work / "killed" / "books" / "seq128_mask20_dup5")
 
@@ -124,10 +128,13 @@ def main(work: Path, count: int) -> dict:
     wiki = luigi("Pretrain128", "--data-dir", str(work / "wiki"), "--dump-url", site.as_uri(), "--dump-date",
                  realtext.DATE)
     text_bytes = sum(p.stat().st_size for p in books.iterdir())
-    return {"skipped_files": stats["corpus"]["skipped_files"], "instances": stats["total"]["instances"],
+    return {"skipped_files": stats["corpus"]["skipped_files"],
+            "skipped": {f["path"]: f["detail"] for f in stats["corpus"]["skipped"]},
+            "instances": stats["total"]["instances"],
             "unk_rate_percent": round(100 * report["unk_rate"], 5),
             "wiki_markup_lines": sum(1 for line in lines if WIKI_MARKUP.search(line)), "sentence_lines": len(lines),
             "identical_1_and_2_workers": same_workers, "identical_after_kill_and_rerun": same_after_kill,
+            "killed_with_shards_committed": f"{shards_at_kill} of 8", "killed_after_finishing": finished_at_kill,
             "text_mb": round(text_bytes / 1e6, 2),
             "after_extraction": {"books": per_mb(one.stderr, work / "one" / "books"),
                                  "dump": per_mb(wiki.stderr, work / "wiki" / f"enwiki-{realtext.DATE}")}}

@@ -81,6 +81,10 @@ def test_every_shard_mixes_both_sources_and_the_counts_add_up(mixed):
     assert [(s["kind"], s["repeat"], s["documents"]) for s in stats["corpus"]["sources"]] == [
         ("wikipedia", 1, wiki_documents), ("text", 2, 2 * len(BOOKS))]
     assert sum(s["sentence_documents"] for s in stats["shards"]) == wiki_documents + 2 * len(BOOKS)
+    # Instances per source, counted where each shard's were made: they add up to the shard's and the dataset's.
+    assert all(sum(s["instances_per_source"]) == s["instances"] for s in stats["shards"])
+    per_source = [s["instances"] for s in stats["corpus"]["sources"]]
+    assert sum(per_source) == stats["total"]["instances"] and min(per_source) > 0
     wiki_lines = set()
     for shard in sorted((data / f"{DEMO_WIKI}-{DEMO_DATE}").glob("sentences/*/shard_*.txt")):
         wiki_lines |= set(shard.read_text(encoding="utf-8").splitlines()) - {""}
@@ -95,6 +99,9 @@ def test_every_shard_mixes_both_sources_and_the_counts_add_up(mixed):
     assert verify(folder)["records"] == stats["total"]["instances"]
     report = (folder / "report" / "report.txt").read_text(encoding="utf-8")
     assert f"(text, repeat 2): {2 * len(BOOKS)} documents" in report
+    assert f"sentences, {per_source[1]} instances" in report
+    html = (folder / "report" / "report.html").read_text(encoding="utf-8")
+    assert "Documents, sentences and instances per source" in html and f">{per_source[0]:,}</td>" in html
 
 
 def test_a_second_run_is_complete_and_a_changed_recipe_is_refused(mixed, tmp_path):

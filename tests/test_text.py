@@ -25,6 +25,7 @@ import zstandard
 from fixture_paths import REFERENCE_INPUTS, REFERENCE_VOCAB
 from shardkit.atomic import sha256_file
 from shardkit.errors import PrepError
+from wikiprep import reader
 from wikiprep.dataset import shard_seed
 from wikiprep.text import files, readers
 from wikiprep.verify import verify
@@ -308,29 +309,41 @@ def test_the_sentences_format_gives_create_pretraining_datas_records(tmp_path):
 
 
 def test_a_jsonl_gz_corpus_of_german_and_french_builds(tmp_path):
-    """Web-style documents in a field of another name, gzip-compressed, two files cut in byte ranges. Lower-cased
-    (the BERT-base uncased vocabulary): a cased vocabulary needs --do-lower-case false, from the languages work."""
+    """Web-style documents in a field of another name, gzip-compressed, two files cut in byte ranges, cased
+    (--do-lower-case false) with a vocabulary trained on them: capitals and accents are kept in the vocabulary and
+    in the records, and no token is [UNK]."""
     corpus = tmp_path / "web"
     corpus.mkdir()
-    german = ["Die Stadt liegt am Fluss. Im Sommer kommen viele Besucher.",
-              "Das Wetter war gestern schön. Heute regnet es den ganzen Tag."]
-    french = ["La ville est au bord du fleuve. En été, beaucoup de visiteurs arrivent.",
-              "Le marché ouvre à huit heures. Les enfants jouent dans le parc."]
+    german = ["Die Stadt liegt am Fluss. Im Sommer kommen viele Besucher über die Brücke.",
+              "Das Wetter war gestern schön. Heute regnet es den ganzen Tag, sagt Jürgen Weiß."]
+    french = ["La ville est au bord du fleuve. En été, beaucoup de visiteurs arrivent à l'hôtel.",
+              "Le marché ouvre à huit heures. Les enfants jouent dans le parc près de l'église."]
     for name, texts in (("de.jsonl.gz", german), ("fr.jsonl.gz", french)):
         lines = [json.dumps({"content": f"{t}\nAbsatz {i}. Noch ein Satz hier.", "url": f"https://x/{i}"},
                             ensure_ascii=False) for i, t in enumerate(texts * 20)]
         _compress(corpus / name, ("\n".join(lines) + "\n").encode("utf-8"))
     data = tmp_path / "data"
     run = _luigi("PretrainText128", "--data-dir", str(data), "--text-dir", str(corpus), "--text-format", "jsonl",
-                 "--text-field", "content", "--vocab-file", str(REFERENCE_VOCAB), "--num-shards", "2",
+                 "--text-field", "content", "--do-lower-case", "false", "--vocab-size", "400", "--num-shards", "2",
                  "--min-doc-chars", "0", "--workers", "2")
     assert run.returncode == 0, run.stderr[-3000:]
     folder = data / "web" / "seq128_mask20_dup5"
     stats = json.loads((folder / "stats.json").read_text(encoding="utf-8"))
     assert sum(s["sentence_documents"] for s in stats["shards"]) == 80
     assert verify(folder)["records"] == stats["total"]["instances"] > 0
+    assert stats["total"]["unk_tokens"] == 0 < stats["total"]["tokens"]
     shards = "".join(p.read_text(encoding="utf-8") for p in folder.parent.glob("sentences/*/shard_*.txt"))
-    assert "En été, beaucoup de visiteurs arrivent." in shards
+    assert "En été, beaucoup de visiteurs arrivent à l'hôtel." in shards
+    vocab = (folder / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert {"Die", "die", "Le", "le", "é", "ü", "##ß"} <= set(vocab)  # cased, and the accents not stripped
+    # The records hold them too: the words of a cased sentence, read back through the dataset's vocabulary.
+    ids = {w: i for i, w in enumerate(vocab)}
+    records = set()
+    for _, batch in reader.batches(reader.open_records(folder)):
+        records |= set(batch["input_ids"].ravel().tolist())
+    assert {ids["Die"], ids["Le"]} <= records
+    held = [vocab[i] for i in records]
+    assert all(any(accent in word for word in held) for accent in "éüß"), held
 
 
 def test_the_dry_run_writes_nothing(books, tmp_path):

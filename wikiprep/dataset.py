@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from shardkit.atomic import remove_leftover_temps, sha256_file, write_bytes, write_json
 from shardkit.errors import PrepError
@@ -153,13 +154,14 @@ def claim_folder(folder: str | Path, spec: DatasetSpec) -> None:
 
 
 def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: str | Path, options: GenerationOptions,
-                spec: DatasetSpec, *, progress: Progress | None = None) -> dict:
+                spec: DatasetSpec, *, progress: Progress | None = None, source_starts: Sequence[int] = ()) -> dict:
     """The instances of one sentence shard at `out_path` (`spec.shard_name(i)`, + its index when the layout
     has one), in `spec.layout`, in the folder `spec` claims.
 
     `options.random_seed` is the shard's own seed (`shard_seed`). Returns the generation stats; a killed
     run's temporaries of this shard are removed first, nothing is left half-written. `progress(done,
-    total)` as `instances.write_pretraining_files`'.
+    total)` and `source_starts` (a mixture's shard: where each source's documents start, from
+    `sentences.merge_shard`) as `instances.write_pretraining_files`'.
     """
     out_path = Path(out_path)
     index = spec.layout.index_path(out_path)
@@ -168,7 +170,7 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
     claim_folder(out_path.parent, spec)
     # This shard's dead writers' temporaries (records, index, spill) go as its writers open their own.
     return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path), index, options,
-                                             layout=spec.layout, progress=progress)
+                                             layout=spec.layout, progress=progress, source_starts=source_starts)
 
 
 def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shard_stats: list[dict],
@@ -188,7 +190,8 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
     staged elsewhere) and `balance` how the plan dealt them (`Layout.plan_parts`: the bins, the instances
     dropped): stats.json's total of instances is then what the files hold.
     `corpus`: the corpus' own figures (files skipped, documents per source), in stats.json as "corpus" when
-    there are any.
+    there are any; when every shard counted its instances per source (`write_shard`'s `source_starts`), each of
+    the corpus' `sources` gets its total (`with_source_instances`).
     """
     folder = Path(folder)
     claim_folder(folder, spec)
@@ -213,6 +216,18 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
         totals["instances"] = sum(files.values())
         closing["balance"] = balance
     if corpus:
-        closing["corpus"] = corpus
+        closing["corpus"] = with_source_instances(corpus, shard_stats)
     write_json(folder / "stats.json", closing)
     return write_manifest(folder, counts, extra={"dataset": spec.description}, known_files=known_files)
+
+
+def with_source_instances(corpus: dict, shard_stats: list[dict]) -> dict:
+    """`corpus` with each of its `sources` (a mixture's, in recipe order) given its instances, summed over the
+    shards' `instances_per_source`; as it is when a shard has none (one merged before shards counted them)
+    or there are no sources. These are the instances the generator made (before a finishing layout's balance
+    drops any), each its segment A's document's source's."""
+    sources = corpus.get("sources")
+    if not sources or any(len(st.get("instances_per_source", ())) != len(sources) for st in shard_stats):
+        return corpus
+    return {**corpus, "sources": [{**source, "instances": sum(st["instances_per_source"][k] for st in shard_stats)}
+                                  for k, source in enumerate(sources)]}

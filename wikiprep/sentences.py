@@ -22,7 +22,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktParameters,
                                  PunktSentenceTokenizer)
@@ -679,21 +679,28 @@ def check_shard(shard: int, num_shards: int) -> None:
         raise PrepError(f"--shard {shard}: must be from 0 to {num_shards - 1} (--num-shards {num_shards})")
 
 
-def merge_shard(bucket_paths: list[str | Path], out_path: str | Path, progress: Progress | None = None) -> dict:
+def merge_shard(bucket_paths: list[str | Path], out_path: str | Path, progress: Progress | None = None,
+                sources: Sequence[int] | None = None) -> dict:
     """Concatenate one bucket of every part, in the given (part) order, into a sentence shard.
 
     Shard i is `bucket_name(i)` of every split in dump order: whatever merges it, alone or
     beside any others, writes the same bytes. Returns its documents and sentences.
-    `progress(done, total)` counts the bytes of the buckets copied, bucket by bucket."""
+    `progress(done, total)` counts the bytes of the buckets copied, bucket by bucket. For a shard of
+    several sources (a mixture), `sources` gives the source of each bucket (0, 1, ..., each source's buckets
+    together, in order) and the result `source_starts` too: the byte offset where each source starts
+    (`instances.read_corpus`)."""
     stage = Stage(log, f"merge {Path(out_path).name}")
     progress = throttle(progress)
     sizes = [_size(p) for p in bucket_paths]
     total = sum(sizes)
     documents = sentences = done = 0
+    source_starts = []
     with atomic_write(out_path, "wb") as out:
-        for path, size in zip(bucket_paths, sizes):
+        for n, (path, size) in enumerate(zip(bucket_paths, sizes)):
             if progress is not None:
                 progress(done, total)
+            while sources is not None and len(source_starts) <= sources[n]:
+                source_starts.append(done)
             try:
                 f = open_committed(path)  # a bucket is checked against its split's receipt as it is copied
             except FileNotFoundError:
@@ -709,4 +716,5 @@ def merge_shard(bucket_paths: list[str | Path], out_path: str | Path, progress: 
     if progress is not None:
         progress(total, total)
     stage.finish(documents, "documents", total)
-    return {"documents": documents, "sentences": sentences}
+    return {"documents": documents, "sentences": sentences,
+            **({} if sources is None else {"source_starts": source_starts})}

@@ -104,7 +104,7 @@ def _corpus_text(corpus: dict | None) -> list[str]:
     lines = [""]
     for s in corpus.get("sources", []):
         lines.append(f"source {s['source']} ({s['kind']}, repeat {s['repeat']}): {s['documents']} documents, "
-                     f"{s['sentences']} sentences")
+                     f"{s['sentences']} sentences" + (f", {s['instances']} instances" if "instances" in s else ""))
     if "skipped_files" in corpus:
         counts = ", ".join(f"{n} {reason}" for reason, n in corpus["skipped_files"].items())
         lines.append(f"skipped files       {counts}")
@@ -114,10 +114,15 @@ def _corpus_text(corpus: dict | None) -> list[str]:
 
 def _corpus_section(corpus: dict) -> Section:
     parts = [paragraph("What the corpus' own steps counted (stats.json, \"corpus\").")]
-    if corpus.get("sources"):
-        parts.append(table(["source", "kind", "repeat", "documents", "sentences"],
-                           [[s["source"], s["kind"], s["repeat"], s["documents"], s["sentences"]]
-                            for s in corpus["sources"]], "Documents and sentences per source (times its repeat)"))
+    sources = corpus.get("sources")
+    if sources:
+        # Instances per source where the shards counted them (a mixture's, merged since they do).
+        counted = ["documents", "sentences"] + (["instances"] if all("instances" in s for s in sources) else [])
+        parts.append(table(["source", "kind", "repeat", *counted],
+                           [[s["source"], s["kind"], s["repeat"], *(s[k] for k in counted)] for s in sources],
+                           "Documents, sentences and instances per source (times its repeat; an instance is its "
+                           "segment A's source's)" if "instances" in counted else
+                           "Documents and sentences per source (times its repeat)"))
     if "skipped_files" in corpus:
         parts.append(table(["reason", "files"], list(corpus["skipped_files"].items()), "Files skipped, by reason"))
         if corpus.get("skipped"):

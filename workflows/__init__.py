@@ -18,7 +18,7 @@ from luigi.cmdline_parser import CmdlineParser
 from .base import PrepTask, ReceiptTarget, setup
 from .demo import DEMO_DATE, DEMO_WIKI, Demo, DemoSamples
 from .imagenet import ImageNet, ImageNetPlan, ImageNetShard
-from .mix import PretrainMix128, PretrainMix384, PretrainMix512
+from .mix import PretrainMix128, PretrainMix384, PretrainMix512, SlurmMixStage128, SlurmMixStage384, SlurmMixStage512
 from .slurm import SlurmStage128, SlurmStage384, SlurmStage512
 from .text import (PretrainText128, PretrainText384, PretrainText512, SlurmTextStage128, SlurmTextStage384,
                    SlurmTextStage512)
@@ -33,7 +33,8 @@ __all__ = ["PrepTask", "ReceiptTarget", "DEMO_DATE", "DEMO_WIKI", "Demo", "DemoS
            "SplitDump", "SplitPart", "TrainPunkt", "TrainVocab", "SlurmStage128", "SlurmStage384", "SlurmStage512",
            "ClusterWorker", "setup", "PretrainText128", "PretrainText384", "PretrainText512",
            "SlurmTextStage128", "SlurmTextStage384", "SlurmTextStage512",
-           "PretrainMix128", "PretrainMix384", "PretrainMix512"]
+           "PretrainMix128", "PretrainMix384", "PretrainMix512",
+           "SlurmMixStage128", "SlurmMixStage384", "SlurmMixStage512"]
 
 
 def _imported_by_luigi_command_line() -> bool:

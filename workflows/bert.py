@@ -124,6 +124,14 @@ class CorpusTask(PrepTask):
         """The tasks that fetch the corpus (Wikipedia's download), for the first job of the Slurm chain."""
         return []
 
+    def punkt_tasks(self) -> list[luigi.Task]:
+        """The sentence models the pieces' splits need (none when the corpus comes split), for the Slurm chain."""
+        return [self.stage(TrainPunkt)] if self.needs_punkt() else []
+
+    def piece_splits(self) -> list[luigi.Task]:
+        """The split of every piece (SplitPiece's task of each), in corpus order."""
+        return [self.piece_task(self.stages[SplitPiece], piece) for piece in self.pieces()]
+
     def read_for_plan(self) -> str:
         """Make the pieces known to a dry run (workflows.plan) without writing anything; the plan's line that
         says how many there are and where they were read from."""
@@ -147,6 +155,11 @@ class CorpusTask(PrepTask):
         """Figures of the corpus for the dataset's stats.json, under "corpus" (files skipped, documents per
         source of a mixture); nothing for a corpus that has none."""
         return {}
+
+    def split_sources(self) -> list[int] | None:
+        """For a corpus of several sources (a mixture): the source of each split SplitCorpus requires, in order,
+        so that each shard's instances are counted per source; None for one source."""
+        return None
 
     # Shared by every stage.
 
@@ -265,7 +278,7 @@ class SplitCorpus(CorpusTask):
                 pass
 
     def requires(self):
-        return [self.piece_task(self.stages[SplitPiece], piece) for piece in self.pieces()]
+        return self.piece_splits()
 
     def output(self):
         return self.input()
@@ -363,7 +376,7 @@ class SentenceShard(CorpusTask):
         yield from _made_again([self.piece_input(piece) for piece in self.pieces()])
         corpus = self.requires().corpus()
         stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out,
-                                      progress=self.progress(f"merge {out.name}", "B"))
+                                      progress=self.progress(f"merge {out.name}", "B"), sources=self.split_sources())
         write_receipt(out, stats=stats, corpus={"documents": corpus["documents"], "dropped": corpus["dropped"]})
 
 
@@ -510,9 +523,11 @@ class PretrainShard(PretrainTask):
     def run(self):
         out = self.output().path
         seed = dataset.shard_seed(self.seed, self.shard)
-        stats = dataset.write_shard(self.input()["sentences"].path,
+        sentence_shard = self.input()["sentences"]
+        stats = dataset.write_shard(sentence_shard.path,
                                     self.vocab_path(), out, dataclasses.replace(self.options, random_seed=seed),
-                                    self.dataset_spec(), progress=self.progress(f"instances {out.name}", "B"))
+                                    self.dataset_spec(), progress=self.progress(f"instances {out.name}", "B"),
+                                    source_starts=sentence_shard.receipt()["stats"].get("source_starts", ()))
         # The index's hash too, taken here where the shard was written, so that PretrainDataset's
         # manifest reads neither file again (HDF5 shards have no index).
         index = self.output_layout.index_path(out)

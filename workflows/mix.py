@@ -25,7 +25,7 @@ from wikiprep.dataset import differences
 from wikiprep.mixture import Member, Mixture, Recipe, RecipeSource, read_recipe
 from wikiprep.text.source import check_name
 
-from . import bert, text, wiki
+from . import bert, slurm, text, wiki
 
 
 # The recipe a mixture's folder was made from, as `recipe_description` gives it: its sentence shards hold the
@@ -110,9 +110,26 @@ class MixTask(bert.CorpusTask):
         """(source number, split task) of every piece of every source, each source's `repeat` times, in recipe order."""
         out = []
         for n, (task, repeat) in enumerate(self.members()):
-            splits = [task.piece_task(task.stages[bert.SplitPiece], piece) for piece in task.pieces()]
-            out += [(n, t) for t in splits * repeat]
+            out += [(n, t) for t in task.piece_splits() * repeat]
         return out
+
+    def split_sources(self) -> list[int]:
+        return [n for n, _ in self.split_tasks()]
+
+    def _members_tasks(self, tasks_of) -> list[luigi.Task]:
+        """`tasks_of(member task)` of every source, in recipe order, each task once (a source may be listed twice)."""
+        return list(dict.fromkeys(t for task, _ in self.members() for t in tasks_of(task)))
+
+    # The Slurm chain's (workflows.slurm): every source's own download, sentence models and splits.
+
+    def corpus_inputs(self) -> list[luigi.Task]:
+        return self._members_tasks(lambda task: task.corpus_inputs())
+
+    def punkt_tasks(self) -> list[luigi.Task]:
+        return self._members_tasks(lambda task: task.punkt_tasks())
+
+    def piece_splits(self) -> list[luigi.Task]:
+        return self._members_tasks(lambda task: task.piece_splits())
 
     def read_for_plan(self) -> str:
         return "; ".join(f"source {n + 1}: {task.read_for_plan()}" for n, (task, _) in enumerate(self.members()))
@@ -182,3 +199,17 @@ class PretrainMix384(MixPretrainDataset, bert.Pretrain384):
 class PretrainMix512(MixPretrainDataset, bert.Pretrain512):
     """A mixture's dataset of sequences of 512 tokens, 76 predictions (`make mix-512`)."""
 
+
+class SlurmMixStage128(slurm.SlurmStage, PretrainMix128):
+    """One element of one stage of a mixture's Slurm chain (workflows.slurm; `make slurm-mix-128`): the download
+    and sentence-model jobs run every source's, the pieces array every source's pieces."""
+
+    dataset_class = PretrainMix128
+
+
+class SlurmMixStage384(slurm.SlurmStage, PretrainMix384):
+    dataset_class = PretrainMix384
+
+
+class SlurmMixStage512(slurm.SlurmStage, PretrainMix512):
+    dataset_class = PretrainMix512

@@ -3,6 +3,7 @@
 #
 #   cluster/slurm/submit.sh 128|384|512 --data-dir D --dump-url U --wiki W --dump-date YYYYMMDD [PARAMETERS]
 #   cluster/slurm/submit.sh text-128|text-384|text-512 --data-dir D --text-dir T --text-format F [PARAMETERS]
+#   cluster/slurm/submit.sh mix-128|mix-384|mix-512 --data-dir D --recipe FILE [PARAMETERS]
 #
 # PARAMETERS are Pretrain128's (--num-shards, --vocab-file, --seed, --multistream, ...). The chain:
 #
@@ -23,15 +24,18 @@ set -euo pipefail
 usage() {
   echo "usage: cluster/slurm/submit.sh 128|384|512 --data-dir D --dump-url U --wiki W --dump-date YYYYMMDD [PARAMETERS]" >&2
   echo "       cluster/slurm/submit.sh text-128|text-384|text-512 --data-dir D --text-dir T --text-format F [PARAMETERS]" >&2
+  echo "       cluster/slurm/submit.sh mix-128|mix-384|mix-512 --data-dir D --recipe FILE [PARAMETERS]" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
 dataset=$1
 shift
-# The dataset task and the task of one element of its chain: a dump's (128) or a text corpus' (text-128).
+# The dataset task and the task of one element of its chain: a dump's (128), a text corpus' (text-128) or a
+# mixture's (mix-128).
 case $dataset in
   128 | 384 | 512) task=Pretrain$dataset stage_task=SlurmStage$dataset ;;
   text-128 | text-384 | text-512) task=PretrainText${dataset#text-} stage_task=SlurmTextStage${dataset#text-} ;;
+  mix-128 | mix-384 | mix-512) task=PretrainMix${dataset#mix-} stage_task=SlurmMixStage${dataset#mix-} ;;
   *) usage ;;
 esac
 command -v sbatch >/dev/null || { echo "wikiprep: error: sbatch not found: submit from a Slurm login node" >&2; exit 1; }
@@ -40,11 +44,11 @@ command -v sbatch >/dev/null || { echo "wikiprep: error: sbatch not found: submi
 params=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --data-dir | --vocab-file | --text-dir)
+    --data-dir | --vocab-file | --text-dir | --recipe)
       [ $# -ge 2 ] || usage
       params+=("$1" "$(realpath -m -- "$2")")
       shift 2 ;;
-    --data-dir=* | --vocab-file=* | --text-dir=*)
+    --data-dir=* | --vocab-file=* | --text-dir=* | --recipe=*)
       params+=("${1%%=*}" "$(realpath -m -- "${1#*=}")")
       shift ;;
     *)
