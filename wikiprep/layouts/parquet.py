@@ -547,9 +547,10 @@ class ParquetFiles:
                    pa.Array.from_buffers(pa.uint16(), count, [None, buffers[0]])]
         if self.layout.static:
             columns += [strings(pa.binary(), 6), strings(pa.string(), 8)]
-        if self.layout.bin_size:
+        if self.layout.bin_size:  # from its buffer: pa.array of a numpy array would import pandas (0.4 CPU-s)
             num_tokens = np.frombuffer(buffers[0], "<u2").astype(np.int64)
-            columns.append(pa.array(self.layout.bin_of(num_tokens, self.dims[SEQ])))
+            bin_ids = self.layout.bin_of(num_tokens, self.dims[SEQ]).astype("<i8")
+            columns.append(pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(bin_ids)]))
         return pa.Table.from_arrays(columns, schema=self.schema)
 
     def copy(self, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
@@ -631,7 +632,7 @@ def read_rows(path: Path, first: int, count: int):
         lo, hi = max(first, at), min(first + count, at + rows)
         if lo < hi:
             try:
-                table = f.read_row_group(g)
+                table = f.read_row_group(g, use_threads=False)  # threads: more CPU for a row group, not less
             except Exception as e:
                 raise PrepError(f"{path}: cannot read row group {g} ({' '.join(str(e).split())})") from None
             yield table.slice(lo - at, hi - lo)
@@ -684,7 +685,7 @@ def read_batches(path: Path, dims: dict[str, int], layout: ParquetLayout, vocab:
             raise PrepError(f"{path}: instance {done + row}: {what} token {flat[k].as_py()!r} is not in {vocab}")
         return key_ids[index.to_numpy(zero_copy_only=False)], lengths.astype(np.int64)
 
-    for batch in f.iter_batches(batch_size=rows):
+    for batch in f.iter_batches(batch_size=rows, use_threads=False):
         n_rows = batch.num_rows
         if batch.column("A").null_count or batch.column("B").null_count:
             raise PrepError(f"{path}: from instance {done}: an A or B that is null")
