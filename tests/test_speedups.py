@@ -167,8 +167,8 @@ def test_both_paths_agree_on_hdf5(monkeypatch, tmp_path, name):
 def _long_words(path: Path) -> Path:
     """Words whose WordPiece token and its space pass the compiled text rows' 16-byte slot (TEXT_SLOT)."""
     path.write_text("Telecommunications and interdisciplinary responsibilities are unconstitutional.\n"
-                    "A telecommunication line, interdisciplinary again.\n\nAnother document.\nWith telecommunications.\n",
-                    encoding="utf-8")
+                    "A telecommunication line, interdisciplinary again.\n\n"
+                    "Another document.\nWith telecommunications.\n", encoding="utf-8")
     return path
 
 
