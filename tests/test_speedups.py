@@ -165,6 +165,74 @@ def test_both_paths_agree_on_hdf5(monkeypatch, tmp_path, name):
     assert files["a.hdf5"].startswith(b"\x89HDF")
 
 
+def _long_words(path: Path) -> Path:
+    """Words whose WordPiece token and its space pass the compiled text rows' 16-byte slot (TEXT_SLOT)."""
+    path.write_text("Telecommunications and interdisciplinary responsibilities are unconstitutional.\n"
+                    "A telecommunication line, interdisciplinary again.\n\n"
+                    "Another document.\nWith telecommunications.\n", encoding="utf-8")
+    return path
+
+
+@needs_extension
+@pytest.mark.parametrize("params", [{}, {"masking": "dynamic"}, {"bin_size": 16}], ids=["static", "dynamic", "bin16"])
+@pytest.mark.parametrize("name", ["whole_word_128", "short_always_64", "no_masks"])
+def test_both_paths_agree_on_parquet(monkeypatch, tmp_path, name, params):
+    """LDDL's Parquet: text rows from the compiled generator or `TextRows`, columns from `text_columns` in C or Python,
+    the same files; the long tokens (a slot's fallback) come out whole."""
+    import pyarrow.parquet as pq
+
+    inputs = [SAMPLE, _odd_input(tmp_path / "odd.txt"), _long_words(tmp_path / "long.txt")]
+    files = _both(monkeypatch, tmp_path, inputs, VOCAB, Opts(**OPTION_SETS[name]), names=["a.parquet", "b.parquet"],
+                  indexed=False, layout=layouts.get("parquet").with_parameters(**params))
+    words = set()
+    for file in files:
+        table = pq.read_table(tmp_path / "compiled" / file)
+        for column in {"A", "B", "masked_lm_labels"} & set(table.column_names):
+            words.update(w for text in table.column(column).to_pylist() for w in text.split(" "))
+    assert {"telecommunications", "interdisciplinary", "unconstitutional"} <= words
+
+
+def test_text_columns_in_c_and_python_agree_and_refuse_a_row_cut_short():
+    from wikiprep.layouts.parquet import TextRows, npy_headers, text_columns
+
+    vocab = Vocab.load(VOCAB)
+    table = instances.varint_table(vocab.size)
+    cls, sep = table[vocab.cls_id], table[vocab.sep_id]
+    the, tele, city, s, mask, river = (table[vocab.ids[w]] for w in
+                                       ["the", "telecommunications", "city", "##s", "[MASK]", "river"])
+    rows = [([the, tele], [city, s, mask, river], [1, 4], [city, river], True),  # (A, B, positions, labels, random)
+            ([tele], [s], [3], [the], False),
+            ([the, tele, city], [s, mask, river], [], [], True)]
+    headers = npy_headers(20)
+    expected = {  # unmasked: A and B before masking, no mask columns
+        False: ([b"the telecommunications", b"telecommunications", b"the telecommunications city"],
+                [b"city ##s [MASK] river", b"##s", b"##s [MASK] river"]),
+        True: ([b"city telecommunications", b"telecommunications", b"the telecommunications city"],
+               [b"river ##s [MASK] river", b"the", b"##s [MASK] river"])}
+    for unmasked in (False, True):
+        encoder = TextRows(vocab, unmasked=unmasked)
+        data = b"".join(encoder.encode([cls, *a, sep, *b, sep], len(a), len(b), positions, labels, is_random)
+                        for a, b, positions, labels, is_random in rows)
+        splits = [text_columns] + ([speedups.compiled().text_columns] if speedups.built() else [])
+        got = [split(data, len(rows), *headers, not unmasked) for split in splits]
+        assert all(g == got[0] for g in got)
+        assert len(got[0]) == (6 if unmasked else 10)
+        num_tokens, random_next = got[0][:2]
+        assert array("H", num_tokens).tolist() == [9, 5, 9] and random_next == bytes([0b101])
+        for (ends, text), want in zip([got[0][2:4], got[0][4:6]], expected[unmasked]):
+            ends = array("i", ends).tolist()
+            assert [text[i:j] for i, j in zip(ends, ends[1:])] == want
+        if not unmasked:
+            header_of = {m: headers[0][headers[1][m - 1] if m else 0:headers[1][m]] for m in (0, 1, 2)}
+            assert got[0][7] == b"".join(header_of[len(p)] + array("H", p).tobytes() for p in ([1, 4], [3], []))
+            assert got[0][9] == b"city river" + b"the"
+        for split in splits:
+            with pytest.raises(ValueError, match="cut short"):
+                split(data[:-1], len(rows), *headers, not unmasked)
+            with pytest.raises(ValueError, match="3 rows, expected 4"):
+                split(data, 4, *headers, not unmasked)
+
+
 # ---------------------------------------------------------------------------------------------
 # The compiled generator is chosen by the layout, never by default
 
@@ -199,7 +267,7 @@ def test_a_layout_without_compiled_code_is_written_by_the_python_generator(monke
 class _MarkedLayout(layouts.tfrecord.TFRecordLayout):
     """A layout the compiled generator does not know: the standard records, each after a marker."""
 
-    def encoder(self, max_seq_length, max_predictions_per_seq):
+    def encoder(self, max_seq_length, max_predictions_per_seq, vocab=None):
         standard = super().encoder(max_seq_length, max_predictions_per_seq)
         return types.SimpleNamespace(encode=lambda *emitted: b"marked:" + standard.encode(*emitted))
 

@@ -5,9 +5,11 @@
  *
  *   Generator      instances.generate + the layout's encoder (+ frame_record): google-research/bert's
  *                  pairing and masking loop, driven by a copy of a random.Random's Mersenne Twister state,
- *                  writing finished records (standard or remask TFRecords, framed) or HDF5 rows in bulk.
+ *                  writing finished records (standard or remask TFRecords, framed), HDF5 rows or Parquet's
+ *                  text rows in bulk.
  *   shuffle        random.Random.shuffle of an int64 array, on such a state.
  *   copy_shuffled  the copy-out: spilled framed records in shuffled order, with their index lines, in blocks.
+ *   text_columns   parquet.text_columns: a block of text rows as the Arrow buffers of LDDL's columns.
  *   LineTokenizer  instances._tokenize_lines: read_corpus's loop over lines (document breaks, sentences) with
  *                  the tokenizer's chunk ids from a table here; a printable-ASCII chunk missing from it is
  *                  computed here (FullTokenizer._chunk_ids), the others go back to FullTokenizer.
@@ -243,8 +245,10 @@ static inline char *entry_head(char *p, const char *name, size_t name_len, size_
  * The generator */
 
 /* The encoders here, by the code a layout gives (wikiprep.layouts: Layout.compiled_code; a layout without one
- * is never written here). Rows are the spilled form of the layouts written in columns (HDF5). */
-enum { LAYOUT_STANDARD = 0, LAYOUT_REMASK = 1, LAYOUT_ROWS = 2 };
+ * is never written here). Rows are the spilled form of the layouts written in columns (HDF5); text rows that
+ * of LDDL's Parquet, whose tokens are text. */
+enum { LAYOUT_STANDARD = 0, LAYOUT_REMASK = 1, LAYOUT_ROWS = 2, LAYOUT_TEXT = 3 };
+#define TEXT_SLOT 16 /* a token's text and its space, when they fit, in a slot of this many bytes per vocab id */
 
 typedef struct {
     PyObject_HEAD
@@ -268,6 +272,13 @@ typedef struct {
     unsigned char *is_masked;
     uint32_t *vcode; /* per vocab id: its varint's bytes (ids below 2**28: at most 4), zero-padded to 4 */
     unsigned char *vsize; /* and their count */
+    /* LAYOUT_TEXT: per vocab id its text and a space (tlen bytes), in a TEXT_SLOT when they fit, else at tstart in
+     * text; unmasked: A and B written before masking (no masks) */
+    char *ttext, *text;
+    int64_t *tstart;
+    uint32_t *tlen;
+    size_t max_tlen;
+    int unmasked;
     Buf out, ends;
 } Generator;
 
@@ -309,9 +320,63 @@ static void generator_dealloc(Generator *g) {
     PyMem_Free(g->is_masked);
     PyMem_Free(g->vcode);
     PyMem_Free(g->vsize);
+    PyMem_Free(g->ttext);
+    PyMem_Free(g->text);
+    PyMem_Free(g->tstart);
+    PyMem_Free(g->tlen);
     buf_free(&g->out);
     buf_free(&g->ends);
     Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+/* The text of every vocab id (token_text: their UTF-8 bytes one after another, token id i's ending at
+ * token_ends[i], int64s) as the text rows write it: a TEXT_SLOT each, or a copy of them all for longer ones. */
+static int text_tables(Generator *g, PyObject *token_text, PyObject *token_ends, Py_ssize_t n_vocab) {
+    Py_buffer text, ends;
+    if (PyObject_GetBuffer(token_text, &text, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (get_buffer(token_ends, &ends, 8, 0, "token_ends") < 0) {
+        PyBuffer_Release(&text);
+        return -1;
+    }
+    const int64_t *E = ends.buf;
+    int rc = -1;
+    if (ends.len / 8 != n_vocab) {
+        PyErr_SetString(PyExc_ValueError, "token_ends: one end per vocab id (continuation's length)");
+        goto done;
+    }
+    for (Py_ssize_t id = 0; id < n_vocab; id++)
+        if (E[id] < (id ? E[id - 1] : 0) || E[id] > text.len) {
+            PyErr_SetString(PyExc_ValueError, "token_ends: rising within token_text");
+            goto done;
+        }
+    g->ttext = PyMem_Calloc((size_t)n_vocab, TEXT_SLOT);
+    g->text = PyMem_Malloc((size_t)text.len + 1);
+    g->tstart = PyMem_Malloc((size_t)n_vocab * 8);
+    g->tlen = PyMem_Malloc((size_t)n_vocab * 4);
+    if (!g->ttext || !g->text || !g->tstart || !g->tlen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(g->text, text.buf, (size_t)text.len);
+    g->max_tlen = TEXT_SLOT;
+    for (Py_ssize_t id = 0; id < n_vocab; id++) {
+        int64_t start = id ? E[id - 1] : 0;
+        size_t len = (size_t)(E[id] - start);
+        g->tstart[id] = start;
+        g->tlen[id] = (uint32_t)(len + 1);
+        if (len + 1 <= TEXT_SLOT) {
+            memcpy(g->ttext + TEXT_SLOT * id, g->text + start, len);
+            g->ttext[TEXT_SLOT * id + len] = ' ';
+        }
+        if (len + 1 > g->max_tlen)
+            g->max_tlen = len + 1;
+    }
+    rc = 0;
+done:
+    PyBuffer_Release(&text);
+    PyBuffer_Release(&ends);
+    return rc;
 }
 
 static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
@@ -319,9 +384,11 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
                              "max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob",
                              "dupe_factor", "fixed_mask_count", "do_whole_word_mask", "cls_id", "sep_id",
                              "mask_id", "replacements", "continuation", "lengths", "masked", "random_next",
-                             "framed", "pad_position", "misfit_error", "doc_source", "source_instances", NULL};
+                             "framed", "pad_position", "misfit_error", "doc_source", "source_instances",
+                             "token_text", "token_ends", "unmasked", NULL};
     PyObject *tokens, *starts, *doc_first, *doc_len, *state, *replacements, *continuation, *lengths, *masked;
     PyObject *random_next, *misfit_error, *doc_source = Py_None, *source_instances = Py_None;
+    PyObject *token_text = NULL, *token_ends = NULL;
     const char *pad_position;
     Py_ssize_t pad_position_len;
     int cls, sep, mask;
@@ -329,19 +396,23 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "Generator is initialized once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOinnddnppiiiOOOOOpy#O|$OO:Generator", kwlist, &tokens,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOinnddnppiiiOOOOOpy#O|$OOOOp:Generator", kwlist, &tokens,
                                      &starts, &doc_first, &doc_len, &state, &g->layout, &g->seq, &g->max_pred,
                                      &g->mlm_prob, &g->short_prob, &g->dupe, &g->fixed, &g->whole_word, &cls, &sep,
                                      &mask, &replacements, &continuation, &lengths, &masked, &random_next,
                                      &g->framed, &pad_position, &pad_position_len, &misfit_error, &doc_source,
-                                     &source_instances))
+                                     &source_instances, &token_text, &token_ends, &g->unmasked))
         return -1;
     if ((doc_source == Py_None) != (source_instances == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "Generator: doc_source and source_instances go together");
         return -1;
     }
-    if (g->layout < LAYOUT_STANDARD || g->layout > LAYOUT_ROWS) {
-        PyErr_SetString(PyExc_ValueError, "layout: 0 standard, 1 remask, 2 rows");
+    if (g->layout < LAYOUT_STANDARD || g->layout > LAYOUT_TEXT) {
+        PyErr_SetString(PyExc_ValueError, "layout: 0 standard, 1 remask, 2 rows, 3 text rows");
+        return -1;
+    }
+    if ((g->layout == LAYOUT_TEXT) != (token_text != NULL && token_ends != NULL)) {
+        PyErr_SetString(PyExc_ValueError, "token_text and token_ends: given for text rows (layout 3) only");
         return -1;
     }
     if (g->seq < 5 || g->seq > INT32_MAX || g->max_pred < 0 || g->max_pred > INT32_MAX || g->dupe < 1) {
@@ -444,6 +515,8 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
         g->vsize[id] = (unsigned char)(vput(code, (uint64_t)id) - code);
         memcpy(&g->vcode[id], code, 4);
     }
+    if (g->layout == LAYOUT_TEXT && text_tables(g, token_text, token_ends, n_vocab) < 0)
+        return -1;
     Py_INCREF(misfit_error);
     g->misfit_error = misfit_error;
     size_t n = (size_t)g->seq + 1;
@@ -644,6 +717,53 @@ static Py_ssize_t row(Generator *g, Py_ssize_t n, Py_ssize_t len_a, Py_ssize_t m
     return p - start;
 }
 
+/* Tokens as text, a space between two (the slot's 16 bytes stored: the buffer has room); p when n is 0. */
+static inline char *put_text(const Generator *g, char *p, const int32_t *ids, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        size_t len = g->tlen[id];
+        if (len <= TEXT_SLOT) {
+            memcpy(p, g->ttext + TEXT_SLOT * (size_t)id, TEXT_SLOT);
+        } else {
+            memcpy(p, g->text + g->tstart[id], len - 1);
+            p[len - 1] = ' ';
+        }
+        p += len;
+    }
+    return n ? p - 1 : p;
+}
+
+/* parquet.TextRows.encode: head <6i (n, random next, bytes of A, bytes of B, m, bytes of the masked tokens' text),
+ * A's and B's tokens as text (space-joined), the positions as uint16s, then the original masked tokens as text.
+ * Unmasked (dynamic masking): A and B as before masking, and no masks (m 0). */
+static Py_ssize_t text_row(Generator *g, Py_ssize_t n, Py_ssize_t len_a, Py_ssize_t m, int is_random) {
+    int32_t *tok = g->tok;
+    if (g->unmasked) { /* g->tok is rebuilt for every instance: put the original tokens back */
+        for (Py_ssize_t k = 0; k < m; k++)
+            tok[g->positions[k]] = g->labels[k];
+        m = 0;
+    }
+    Py_ssize_t len_b = n - len_a - 3;
+    char *p = record_room(g, 24 + (size_t)(n + m) * g->max_tlen + 2 * (size_t)m + TEXT_SLOT), *start = p;
+    if (p == NULL)
+        return -1;
+    char *a = p + 24, *b = put_text(g, a, tok + 1, len_a), *end_b = put_text(g, b, tok + len_a + 2, len_b);
+    p = end_b;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        *p++ = (char)(g->positions[k] & 0xff);
+        *p++ = (char)(g->positions[k] >> 8);
+    }
+    char *labels = p;
+    p = put_text(g, p, g->labels, m);
+    put_le32(start, (uint32_t)n);
+    put_le32(start + 4, (uint32_t)(is_random ? 1 : 0));
+    put_le32(start + 8, (uint32_t)(b - a));
+    put_le32(start + 12, (uint32_t)(end_b - b));
+    put_le32(start + 16, (uint32_t)m);
+    put_le32(start + 20, (uint32_t)(p - labels));
+    return p - start;
+}
+
 static inline int is_continuation(const Generator *g, int32_t id) {
     return id < g->n_continuation && ((const unsigned char *)g->continuation.buf)[id];
 }
@@ -738,7 +858,8 @@ static int emit_instance(Generator *g, Py_ssize_t n, Py_ssize_t len_a, int is_ra
     }
     Py_ssize_t size = g->layout == LAYOUT_STANDARD ? standard_record(g, n, len_a, m, is_random)
                       : g->layout == LAYOUT_REMASK ? remask_record(g, n, len_a, m, is_random)
-                                                   : row(g, n, len_a, m, is_random);
+                      : g->layout == LAYOUT_ROWS   ? row(g, n, len_a, m, is_random)
+                                                   : text_row(g, n, len_a, m, is_random);
     if (size < 0 || buf_reserve(&g->ends, 8) < 0)
         return -1;
     char *p = g->out.data + g->out.len;
@@ -999,7 +1120,9 @@ static PyObject *copy_shuffled(PyObject *Py_UNUSED(module), PyObject *args) {
     int fd;
     PyObject *offsets_obj, *order_obj, *emit;
     Py_ssize_t n_out, bucket_bytes;
-    if (!PyArg_ParseTuple(args, "iOOnnO:copy_shuffled", &fd, &offsets_obj, &order_obj, &n_out, &bucket_bytes, &emit))
+    int indexed = 1;
+    if (!PyArg_ParseTuple(args, "iOOnnO|p:copy_shuffled", &fd, &offsets_obj, &order_obj, &n_out, &bucket_bytes, &emit,
+                          &indexed))
         return NULL;
     if (n_out < 1 || bucket_bytes < 1) {
         PyErr_SetString(PyExc_ValueError, "copy_shuffled: n_out >= 1, bucket_bytes >= 1");
@@ -1164,16 +1287,18 @@ static PyObject *copy_shuffled(PyObject *Py_UNUSED(module), PyObject *args) {
             size_t size = (size_t)(off[inst + 1] - off[inst]);
             memcpy(out + o, region + arrival[inst], size);
             o += size;
-            if (buf_reserve(&index, 48) < 0) {
-                Py_DECREF(data);
-                goto done;
+            if (indexed) {
+                if (buf_reserve(&index, 48) < 0) {
+                    Py_DECREF(data);
+                    goto done;
+                }
+                index.len += (size_t)snprintf(index.data + index.len, 48, "%lld %llu\n", (long long)writer_offset,
+                                              (unsigned long long)size);
             }
-            index.len += (size_t)snprintf(index.data + index.len, 48, "%lld %llu\n", (long long)writer_offset,
-                                          (unsigned long long)size);
             writer_offset += (int64_t)size;
         }
-        PyObject *ret = PyObject_CallFunction(emit, "nNy#n", b->writer, data, index.data, (Py_ssize_t)index.len,
-                                              b->count);
+        PyObject *ret = PyObject_CallFunction(emit, "nNy#n", b->writer, data, index.data ? index.data : "",
+                                              (Py_ssize_t)index.len, b->count);
         if (ret == NULL)
             goto done;
         Py_DECREF(ret);
@@ -1198,13 +1323,150 @@ done:
 }
 
 PyDoc_STRVAR(copy_shuffled_doc,
-             "copy_shuffled(fd, offsets, order, n_out, bucket_bytes, emit)\n\n"
+             "copy_shuffled(fd, offsets, order, n_out, bucket_bytes, emit, indexed=True)\n\n"
              "The copy-out of spilled records in shuffled order without a read per record: record i is bytes\n"
              "offsets[i]:offsets[i + 1] of `fd` (offsets from 0), and record order[k] goes to output k mod n_out.\n"
              "Calls emit(output, data, index_lines, count) with each output's records in order, about\n"
-             "bucket_bytes at a time, and their index lines `offset length` (each output starting empty).\n"
+             "bucket_bytes at a time, and their index lines `offset length` (each output starting empty; none,\n"
+             "b'', when not `indexed`).\n"
              "Overwrites the spill: its records are read once, front to back, and sorted into buckets of\n"
              "output order through a log written over the part already read.");
+
+static inline uint32_t get_le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* A string column being filled: int32 offsets and the values' bytes (Arrow's buffers). */
+typedef struct {
+    PyObject *offsets, *data;
+    int32_t *off;
+    char *at;
+    size_t size;
+} Column;
+
+static int column_new(Column *c, Py_ssize_t rows) {
+    if (c->size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "text_columns: a column of over 2 GiB (Arrow's int32 offsets)");
+        return -1;
+    }
+    c->offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1));
+    c->data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)c->size);
+    if (c->offsets == NULL || c->data == NULL)
+        return -1;
+    c->off = (int32_t *)PyBytes_AS_STRING(c->offsets);
+    c->at = PyBytes_AS_STRING(c->data);
+    c->off[0] = 0;
+    return 0;
+}
+
+static inline void column_put(Column *c, Py_ssize_t row, const void *p, size_t n) {
+    memcpy(c->at, p, n);
+    c->at += n;
+    c->off[row + 1] = c->off[row] + (int32_t)n;
+}
+
+static PyObject *text_columns(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer data, headers, header_ends;
+    Py_ssize_t count;
+    int masks;
+    PyObject *ends_obj, *result = NULL, *num_tokens = NULL, *random_next = NULL;
+    if (!PyArg_ParseTuple(args, "y*ny*Op:text_columns", &data, &count, &headers, &ends_obj, &masks))
+        return NULL;
+    Column col[4] = {{0}}; /* A, B, masked_lm_positions, masked_lm_labels */
+    int n_cols = masks ? 4 : 2;
+    if (get_buffer(ends_obj, &header_ends, 8, 0, "header_ends") < 0) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&headers);
+        return NULL;
+    }
+    const unsigned char *D = data.buf;
+    const int64_t *HE = header_ends.buf;
+    Py_ssize_t n_headers = header_ends.len / 8, rows = 0;
+    size_t at = 0, total = (size_t)data.len;
+    for (Py_ssize_t h = 0; h < n_headers; h++)
+        if (HE[h] < (h ? HE[h - 1] : 0) || HE[h] > headers.len) {
+            PyErr_SetString(PyExc_ValueError, "text_columns: header_ends must rise within headers");
+            goto done;
+        }
+    while (at < total) { /* the sizes, and every row checked to lie within the block */
+        if (total - at < 24) {
+            PyErr_SetString(PyExc_ValueError, "text_columns: a row cut short");
+            goto done;
+        }
+        const unsigned char *h = D + at;
+        size_t la = get_le32(h + 8), lb = get_le32(h + 12), m = get_le32(h + 16), ll = get_le32(h + 20);
+        if (la > total || lb > total || m > total || ll > total || 24 + la + lb + 2 * m + ll > total - at ||
+            (masks && (Py_ssize_t)m >= n_headers) || (!masks && (m || ll))) {
+            PyErr_SetString(PyExc_ValueError, "text_columns: a row cut short, or with masks it should not have");
+            goto done;
+        }
+        col[0].size += la;
+        col[1].size += lb;
+        if (masks) {
+            col[2].size += (size_t)(HE[m] - (m ? HE[m - 1] : 0)) + 2 * m;
+            col[3].size += ll;
+        }
+        at += 24 + la + lb + 2 * m + ll;
+        rows++;
+    }
+    if (rows != count) {
+        PyErr_Format(PyExc_ValueError, "text_columns: %zd rows, expected %zd", rows, count);
+        goto done;
+    }
+    num_tokens = PyBytes_FromStringAndSize(NULL, 2 * rows);
+    random_next = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
+    if (num_tokens == NULL || random_next == NULL)
+        goto done;
+    for (int c = 0; c < n_cols; c++)
+        if (column_new(&col[c], rows) < 0)
+            goto done;
+    unsigned char *nt = (unsigned char *)PyBytes_AS_STRING(num_tokens), *bits = (unsigned char *)PyBytes_AS_STRING(random_next);
+    memset(bits, 0, (size_t)(rows + 7) / 8);
+    const char *H = headers.buf;
+    at = 0;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const unsigned char *h = D + at, *p = h + 24;
+        uint32_t n = get_le32(h), la = get_le32(h + 8), lb = get_le32(h + 12), m = get_le32(h + 16);
+        uint32_t ll = get_le32(h + 20);
+        nt[2 * r] = (unsigned char)(n & 0xff);
+        nt[2 * r + 1] = (unsigned char)(n >> 8);
+        if (get_le32(h + 4))
+            bits[r / 8] |= (unsigned char)(1 << (r % 8));
+        column_put(&col[0], r, p, la);
+        column_put(&col[1], r, p + la, lb);
+        if (masks) { /* the positions after np.save's header for m uint16s */
+            int64_t h0 = m ? HE[m - 1] : 0;
+            memcpy(col[2].at, H + h0, (size_t)(HE[m] - h0));
+            col[2].at += HE[m] - h0;
+            column_put(&col[2], r, p + la + lb, 2 * (size_t)m);
+            col[2].off[r + 1] += (int32_t)(HE[m] - h0);
+            column_put(&col[3], r, p + la + lb + 2 * m, ll);
+        }
+        at += 24 + la + lb + 2 * (size_t)m + ll;
+    }
+    result = masks ? PyTuple_Pack(10, num_tokens, random_next, col[0].offsets, col[0].data, col[1].offsets,
+                                  col[1].data, col[2].offsets, col[2].data, col[3].offsets, col[3].data)
+                   : PyTuple_Pack(6, num_tokens, random_next, col[0].offsets, col[0].data, col[1].offsets,
+                                  col[1].data);
+done:
+    Py_XDECREF(num_tokens);
+    Py_XDECREF(random_next);
+    for (int c = 0; c < 4; c++) {
+        Py_XDECREF(col[c].offsets);
+        Py_XDECREF(col[c].data);
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&headers);
+    PyBuffer_Release(&header_ends);
+    return result;
+}
+
+PyDoc_STRVAR(text_columns_doc,
+             "text_columns(data, count, headers, header_ends, masks) -> (num_tokens, random_next, A offsets,\n"
+             "A data, B offsets, B data[, positions offsets, positions data, labels offsets, labels data])\n\n"
+             "parquet.text_columns: `count` text rows one after another (data) as the Arrow buffers of LDDL's\n"
+             "columns: uint16s, a validity-style bitmap, int32 offsets and bytes; the positions after np.save's\n"
+             "header for their count m (headers[header_ends[m - 1]:header_ends[m]]).");
 
 static PyObject *crc32c(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer data;
@@ -1689,6 +1951,7 @@ static PyTypeObject LineTokenizerType = {
 static PyMethodDef module_methods[] = {
     {"shuffle", shuffle, METH_VARARGS, shuffle_doc},
     {"copy_shuffled", copy_shuffled, METH_VARARGS, copy_shuffled_doc},
+    {"text_columns", text_columns, METH_VARARGS, text_columns_doc},
     {"crc32c", crc32c, METH_VARARGS, crc32c_doc},
     {NULL, NULL, 0, NULL}};
 

@@ -668,12 +668,12 @@ def spill_instances(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: 
     layout's encoder: the same bytes. A layout the compiled generator does not know always runs in Python.
     """
     fast = speedups.compiled_rng(rng)
-    compiled = layout.compiled_arguments()
+    compiled = layout.compiled_arguments(vocab)
     if (fast is not None and compiled is not None and corpus.num_documents < 1 << 32
             and vocab.size < 1 << 28):  # the C side's bounds
         _spill_compiled(fast, compiled, corpus, vocab, opts, rng, spill, offsets, stats, progress)
         return
-    encode = layout.encoder(opts.max_seq_length, opts.max_predictions_per_seq).encode
+    encode = layout.encoder(opts.max_seq_length, opts.max_predictions_per_seq, vocab).encode
     write, offset = spill.write, offsets.append
     frame = frame_record if layout.framed else None
     lengths, masked, random_next = stats.lengths, stats.masked, stats.random_next

@@ -103,13 +103,15 @@ class Layout:
         """The index written beside the file `path` (`wiki_00000.index`), or None when it has none."""
         return index_path_for(path) if self.indexed else None
 
-    def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> Encoder:
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> Encoder:
+        """Its encoder of the generator's instances; `vocab` (a `tokenization.Vocab`) for a layout that writes
+        tokens as text."""
         raise NotImplementedError
 
-    def compiled_arguments(self) -> dict | None:
+    def compiled_arguments(self, vocab=None) -> dict | None:
         """The keyword arguments that make `_speedups.Generator` encode this layout (its code, framing and
-        parameters), or None when it has no compiled code: the generator's Python path runs then, never
-        another layout's compiled encoder."""
+        parameters; `vocab` as `encoder`'s), or None when it has no compiled code: the generator's Python path
+        runs then, never another layout's compiled encoder."""
         if self.compiled_code is None:
             return None
         return {"layout": self.compiled_code, "framed": self.framed, "pad_position": b"\x00"}

@@ -168,28 +168,40 @@ def _gather(fd: int, offsets: array, order: array, start: int, stop: int, step: 
 
 
 def copy_records(writers: list, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
-    """Spilled framed record `order[k]` to writer k mod n (empty writers), each writer's in blocks of about
-    _COPY_BYTES (`progress(done, total)` in records, per block). The compiled `copy_shuffled` reads the spill
-    front to back instead of once per record, and overwrites it."""
-    n_out, total = len(writers), len(order)
+    """Spilled framed record `order[k]` to writer k mod n (empty writers): `copy_spilled` into each writer."""
+    def write(j: int, data: bytes, index_lines: bytes, count: int) -> None:
+        writers[j].write_framed(data, index_lines, count)
+
+    copy_spilled(len(writers), order, offsets, fd, write, progress)
+
+
+def copy_spilled(n_out: int, order, offsets: array, fd: int, emit: Callable[[int, bytes, bytes, int], None],
+                 progress: Progress | None = None, *, indexed: bool = True) -> None:
+    """Spilled encoding `order[k]` (bytes offsets[i]:offsets[i + 1] of `fd`) to output k mod n_out: calls
+    `emit(j, data, index_lines, count)` with output j's encodings one after another, about _COPY_BYTES at a time,
+    output after output, and their index lines `offset length` counted from output j's start (b"" when not
+    `indexed`; `progress(done, total)` in encodings, per block). The compiled `copy_shuffled` reads the spill
+    front to back instead of once per encoding, and overwrites it."""
+    total = len(order)
     done = 0
 
     def write(j: int, data: bytes, index_lines: bytes, count: int) -> None:
         nonlocal done
         if progress is not None:
             progress(done, total)
-        writers[j].write_framed(data, index_lines, count)
+        emit(j, data, index_lines, count)
         done += count
 
     fast = speedups.compiled()
     if fast is not None:
-        fast.copy_shuffled(fd, offsets, order, n_out, _COPY_BYTES, write)
+        fast.copy_shuffled(fd, offsets, order, n_out, _COPY_BYTES, write, indexed)
         return
-    for j, writer in enumerate(writers):
-        k = j
+    for j in range(n_out):
+        k, written = j, 0
         while k < total:
-            data, index_lines, after = _gather(fd, offsets, order, k, total, n_out, writer.offset, _COPY_BYTES)
-            write(j, data, index_lines, len(range(k, after, n_out)))
+            data, index_lines, after = _gather(fd, offsets, order, k, total, n_out, written, _COPY_BYTES)
+            write(j, data, index_lines if indexed else b"", len(range(k, after, n_out)))
+            written += len(data)
             k = after
 
 

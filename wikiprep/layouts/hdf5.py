@@ -70,7 +70,7 @@ class HDF5Layout(Layout):
             raise PrepError(f"index file {os.fspath(listed[0])}: an index lists the records of a TFRecord file; "
                             f"{os.fspath(output_files[0])} is HDF5 (NVIDIA's layout has no index)")
 
-    def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> "InstanceRows":
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> "InstanceRows":
         return InstanceRows(max_seq_length, max_predictions_per_seq)
 
     def writers(self, paths, index_paths, dims, *, overwrite=False, vocab=None) -> "HDF5Files":

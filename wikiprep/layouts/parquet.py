@@ -26,6 +26,12 @@ its last instance is left out (`dropped`), which is what the loader would do wit
 only the smallest file's count from every file of a bin. A bin with no instance at all is refused
 (LDDL's balancer and loader both fail on one).
 
+Writing. The generator spills each instance as a text row (`TextRows`, or the compiled generator's twin): its
+segments already space-joined text, its positions uint16s. The copy-out is every layout's (`framed.copy_spilled`),
+and a block of rows becomes Arrow arrays straight from offsets and bytes (`text_columns`, compiled too): no token
+is looked up or joined after the generator, and no Python runs per row. Only `masked_lm_positions` is compressed
+(`COMPRESSED`: docs/performance.md has the cost of compressing the rest).
+
 Determinism: pyarrow's writer settings are pinned (`WRITER`), row groups are cut at fixed counts
 (`ROW_GROUP`) and at bin boundaries, and the key-value metadata holds only the dataset's dimensions
 and layout parameters: equal instances give equal bytes, whatever the worker count.
@@ -39,6 +45,7 @@ import io
 import json
 import os
 import re
+import struct
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,16 +55,22 @@ from shardkit.atomic import atomic_write_together
 from shardkit.errors import PrepError
 from shardkit.progress import Progress
 
+from .. import speedups
 from ..schema import BERT_INSTANCE, PRED, SEQ
 from .base import BATCH, Layout
-from .hdf5 import InstanceRows
+from .framed import copy_spilled
 
 MASKINGS = ("static", "dynamic")  # --masking; the first is the default
 ROW_GROUP = 4096  # rows per row group: bounded memory when writing, and a staged bin read in pieces
-# pyarrow's writer, pinned: what LDDL's balancer writes (pq.write_table: snappy), without statistics or
-# dictionaries (near-unique strings: wasted work), with page checksums (a damaged page is an error, not data).
-WRITER = dict(version="2.6", compression="snappy", use_dictionary=False, write_statistics=False,
-              data_page_size=1 << 20, data_page_version="1.0", write_page_checksum=True, write_page_index=False)
+# pyarrow's writer, pinned: without statistics or dictionaries (near-unique strings: wasted work), with page
+# checksums (a damaged page is an error, not data), and compressed where compression pays (COMPRESSED).
+WRITER = dict(version="2.6", use_dictionary=False, write_statistics=False, data_page_size=1 << 20,
+              data_page_version="1.0", write_page_checksum=True, write_page_index=False)
+# LDDL writes snappy throughout (pq.write_table's default). Here only masked_lm_positions is: 128 of its ~150 bytes
+# a row are np.save's header, the same in every row (snappy: 30 MB to 6 for 186,366 rows). The text columns are not:
+# snappy gives them 1.7x for 0.4 CPU-s per 186,366 rows, more than the TFRecord writer spends copying its records
+# out, and they stay as large as the TFRecords of the same instances (benchmarks/bench_parquet.py, performance.md).
+COMPRESSED = {"masked_lm_positions": "snappy"}
 META_KEY = b"wikiprep"  # the key-value metadata: the dimensions and the layout's parameters
 _BIN_EXTENSION = re.compile(r"\.parquet_(\d+)$", re.IGNORECASE)
 
@@ -82,7 +95,7 @@ def _pc():
 
 @dataclass(frozen=True, kw_only=True)
 class ParquetLayout(Layout):
-    """LDDL's Parquet files: written from the rows HDF5 spills (`InstanceRows`), no index, balanced by a finishing step."""
+    """LDDL's Parquet files: written from spilled text rows (`TextRows`), no index, balanced by a finishing step."""
 
     masking: str = MASKINGS[0]
     bin_size: int = 0  # 0: not binned
@@ -146,8 +159,17 @@ class ParquetLayout(Layout):
             raise PrepError(f"index file {os.fspath(listed[0])}: an index lists the records of a TFRecord file; "
                             f"{os.fspath(output_files[0])} is Parquet (LDDL's layout has no index)")
 
-    def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> InstanceRows:
-        return InstanceRows(max_seq_length, max_predictions_per_seq)
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> "TextRows":
+        return TextRows(vocab, unmasked=not self.static)
+
+    def compiled_arguments(self, vocab=None) -> dict | None:
+        arguments = super().compiled_arguments(vocab)
+        if arguments is None:
+            return None
+        if vocab is None:
+            raise ValueError("the Parquet layout writes tokens as text: its compiled encoder needs the vocabulary")
+        text, ends = token_text(vocab)
+        return {**arguments, "token_text": text, "token_ends": ends, "unmasked": not self.static}
 
     def writers(self, paths, index_paths, dims, *, overwrite=False, vocab=None) -> "ParquetFiles":
         if vocab is None:
@@ -281,7 +303,7 @@ LAYOUT = ParquetLayout(name="parquet", title="Parquet, LDDL's layout", file_kind
                        flags=("parquet", "standard"), folder_suffix="_parquet", suffixes=(".parquet",),
                        indexed=False, framed=False, named_outputs=True,
                        flags_note="Parquet holds LDDL's layout (--masking static or dynamic)",
-                       compiled_code=2)  # _speedups.c: LAYOUT_ROWS, the rows HDF5 spills too
+                       compiled_code=3)  # _speedups.c: LAYOUT_TEXT, the text rows (TextRows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,57 +337,96 @@ def npy_header(m: int) -> bytes:
     return header
 
 
-class TableEncoder:
-    """Blocks of spilled rows (`InstanceRows`) as Arrow tables of LDDL's schema: the tokens looked up and joined by
-    pyarrow (no per-token Python), the positions serialized as LDDL's `np.save` gives them."""
+def _packed(items: list[bytes]) -> tuple[bytes, array]:
+    """`items` one after another, and where each ends (int64s): a table for the compiled code."""
+    ends, at = array("q"), 0
+    for item in items:
+        at += len(item)
+        ends.append(at)
+    return b"".join(items), ends
 
-    def __init__(self, layout: ParquetLayout, dims: dict[str, int], vocab):
-        pa = _pa()
-        self.layout, self.dims = layout, dims
-        self.rows = InstanceRows(dims[SEQ], dims[PRED])
-        self.tokens = pa.array(vocab.id_to_token, pa.string())
-        self.schema = arrow_schema(layout, dims)
 
-    def _joined(self, ids, lengths):
-        """Each row's tokens (ids: every row's, one after another; lengths: per row) joined by spaces."""
-        import numpy as np
+def token_text(vocab) -> tuple[bytes, array]:
+    """Every vocab id's token as UTF-8, packed (`_packed`): the compiled encoder's table."""
+    return _packed([t.encode("utf-8") for t in vocab.id_to_token])
 
-        pa, pc = _pa(), _pc()
-        offsets = np.zeros(len(lengths) + 1, np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        words = self.tokens.take(pa.array(ids.astype(np.int32, copy=False)))
-        return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), words), " ")
 
-    def table(self, rows: Sequence[bytes]):
-        import numpy as np
+class TextRows:
+    """An instance as one spilled text row, the form in which LDDL's columns are copied out (`text_columns`).
 
-        pa = _pa()
-        block = self.rows.block(rows)
-        ids, seq = block["input_ids"], self.dims[SEQ]
-        n = block["input_mask"].sum(axis=1, dtype=np.int64)
-        len_b = block["segment_ids"].sum(axis=1, dtype=np.int64) - 1
-        len_a = n - len_b - 3
-        positions = block["masked_lm_positions"]
-        masked = positions > 0  # [CLS], at 0, is never masked
-        m = masked.sum(axis=1)
-        r, c = np.nonzero(masked)
-        if not self.layout.static:  # the pairs as they were before masking: the loader masks them
-            ids[r, positions[r, c]] = block["masked_lm_ids"][r, c]
-        slot = np.arange(seq)
-        a = (slot >= 1) & (slot <= len_a[:, None])
-        b = (slot >= len_a[:, None] + 2) & (slot < n[:, None] - 1)
-        columns = {"A": self._joined(ids[a], len_a), "B": self._joined(ids[b], len_b),
-                   "is_random_next": pa.array(block["next_sentence_labels"].astype(bool)),
-                   "num_tokens": pa.array(n.astype(np.uint16))}
-        if self.layout.static:
-            packed = positions[masked].astype("<u2").tobytes()
-            ends = np.cumsum(2 * m).tolist()
-            columns["masked_lm_positions"] = pa.array(
-                [npy_header(k) + packed[e - 2 * k:e] for k, e in zip(m.tolist(), ends)], pa.binary())
-            columns["masked_lm_labels"] = self._joined(block["masked_lm_ids"][masked], m)
-        if self.layout.bin_size:
-            columns["bin_id"] = pa.array(self.layout.bin_of(n, seq).astype(np.int64))
-        return pa.Table.from_arrays(list(columns.values()), schema=self.schema)
+    A row: a head (token count, random next, bytes of A, bytes of B, mask count, bytes of the masked tokens), then
+    A's and B's tokens as text, space-joined (with static masking after masking, as LDDL stores them), the masked
+    positions as uint16s, then the original masked tokens as text. `unmasked` (dynamic masking): A and B as before
+    masking, and no masks. The compiled generator writes the same rows (`_speedups.c`, LAYOUT_TEXT)."""
+
+    HEAD = struct.Struct("<6i")
+
+    def __init__(self, vocab, *, unmasked: bool):
+        from ..instances import varint_table
+
+        if vocab is None:
+            raise ValueError("the Parquet layout writes tokens as text: its encoder needs the vocabulary")
+        # the generator's tokens are varints (instances.Corpus.table): their text by varint
+        self.text = dict(zip(varint_table(vocab.size), (t.encode("utf-8") for t in vocab.id_to_token)))
+        self.unmasked = unmasked
+
+    def encode(self, tokens: list[bytes], len_a: int, len_b: int, positions: list[int], labels: list[bytes],
+               is_random: bool) -> bytes:
+        text = self.text.__getitem__
+        if self.unmasked:
+            tokens = list(tokens)
+            for p, label in zip(positions, labels):
+                tokens[p] = label
+            positions, labels = [], []
+        a = b" ".join(map(text, tokens[1:len_a + 1]))
+        b = b" ".join(map(text, tokens[len_a + 2:len_a + 2 + len_b]))
+        masked = b" ".join(map(text, labels))
+        return b"".join((self.HEAD.pack(len(tokens), is_random, len(a), len(b), len(positions), len(masked)),
+                         a, b, struct.pack(f"<{len(positions)}H", *positions), masked))
+
+
+def npy_headers(max_predictions_per_seq: int) -> tuple[bytes, array]:
+    """`npy_header(m)` for m = 0 .. max_predictions_per_seq, packed (`_packed`)."""
+    return _packed([npy_header(m) for m in range(max_predictions_per_seq + 1)])
+
+
+def text_columns(data: bytes, count: int, headers: bytes, header_ends: array, masks: bool) -> tuple[bytes, ...]:
+    """`count` text rows (`TextRows`), one after another, as the Arrow buffers of LDDL's columns: num_tokens
+    (uint16s), is_random_next (a bitmap), then int32 offsets and bytes of A, B and, with `masks`,
+    masked_lm_positions (each after np.save's header for its count, `headers[header_ends[m - 1]:header_ends[m]]`)
+    and masked_lm_labels. `_speedups.text_columns` is the compiled twin; ValueError for a row that does not fit."""
+    head = TextRows.HEAD
+    num_tokens, bits = [], bytearray((count + 7) // 8)
+    columns = [([0], []) for _ in range(4 if masks else 2)]
+
+    def put(column, value: bytes) -> None:
+        column[0].append(column[0][-1] + len(value))
+        column[1].append(value)
+
+    at, rows = 0, 0
+    while at < len(data):
+        if len(data) - at < head.size:
+            raise ValueError("text_columns: a row cut short")
+        n, is_random, la, lb, m, ll = head.unpack_from(data, at)
+        body = at + head.size
+        end = body + la + lb + 2 * m + ll
+        if min(la, lb, m, ll) < 0 or end > len(data) or (masks and m >= len(header_ends)) or (not masks and (m or ll)):
+            raise ValueError("text_columns: a row cut short, or with masks it should not have")
+        num_tokens.append(n & 0xFFFF)
+        if is_random:
+            bits[rows // 8] |= 1 << (rows % 8)
+        put(columns[0], data[body:body + la])
+        put(columns[1], data[body + la:body + la + lb])
+        if masks:
+            put(columns[2], headers[header_ends[m - 1] if m else 0:header_ends[m]] + data[body + la + lb:end - ll])
+            put(columns[3], data[end - ll:end])
+        at, rows = end, rows + 1
+    if rows != count:
+        raise ValueError(f"text_columns: {rows} rows, expected {count}")
+    out = [struct.pack(f"<{rows}H", *num_tokens), bytes(bits)]
+    for offsets, values in columns:
+        out += [struct.pack(f"<{rows + 1}i", *offsets), b"".join(values)]
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +437,9 @@ def _open_writer(temp, path: Path, layout: ParquetLayout, dims: dict[str, int]):
     """A pyarrow ParquetWriter on the open temporary `temp` of `path`, with the pinned settings."""
     pq = _pq()
     try:
-        writer = pq.ParquetWriter(temp, arrow_schema(layout, dims), **WRITER)
+        schema = arrow_schema(layout, dims)
+        compression = {name: COMPRESSED.get(name, "none") for name in schema.names}
+        writer = pq.ParquetWriter(temp, schema, compression=compression, **WRITER)
     except OSError as e:
         raise PrepError(f"{path}: cannot write ({e})") from None
     try:
@@ -386,22 +449,32 @@ def _open_writer(temp, path: Path, layout: ParquetLayout, dims: dict[str, int]):
 
 
 class _Pending:
-    """Tables to a ParquetWriter in row groups of exactly ROW_GROUP rows (the last may be shorter), whatever the
-    sizes of the tables added: where row groups end depends on the rows alone."""
+    """Tables to a ParquetWriter in row groups of exactly ROW_GROUP rows (the last may be shorter), or of the sizes
+    `groups` gives, whatever the sizes of the tables added: where row groups end depends on the rows alone, and
+    each is written from one chunk (pyarrow cuts pages where a chunk ends)."""
 
-    def __init__(self, writer):
+    def __init__(self, writer, groups: Sequence[int] | None = None):
         self.writer, self.tables, self.rows, self.written = writer, [], 0, 0
+        self.groups = iter(groups) if groups is not None else None
+        self.next = self._next_group()
+
+    def _next_group(self) -> int:
+        return ROW_GROUP if self.groups is None else next(self.groups, 0)
 
     def add(self, table) -> None:
         self.tables.append(table)
         self.rows += table.num_rows
-        while self.rows >= ROW_GROUP:
-            self._write(ROW_GROUP)
+        while self.next and self.rows >= self.next:
+            self._write(self.next)
+            self.next = self._next_group()
 
     def _write(self, n: int) -> None:
         pa = _pa()
         whole = pa.concat_tables(self.tables)
-        self.writer.write_table(whole.slice(0, n), row_group_size=n)
+        group = whole.slice(0, n)
+        if any(c.num_chunks > 1 for c in group.columns):
+            group = group.combine_chunks()
+        self.writer.write_table(group, row_group_size=n)
         rest = whole.slice(n)
         self.tables, self.rows, self.written = [rest] if rest.num_rows else [], rest.num_rows, self.written + n
 
@@ -410,8 +483,17 @@ class _Pending:
             self._write(self.rows)
 
 
+def _row_groups(counts) -> list[int]:
+    """Row group sizes for runs of `counts` rows (a bin's each): ROW_GROUP rows each, a run's last shorter."""
+    sizes = []
+    for c in counts:
+        full, rest = divmod(int(c), ROW_GROUP)
+        sizes += [ROW_GROUP] * full + ([rest] if rest else [])
+    return sizes
+
+
 def _spilled_lengths(fd: int, offsets: array) -> "object":
-    """The token count of every spilled row (`InstanceRows`: the head's first int32), in spill order, read in
+    """The token count of every spilled row (`TextRows`: the head's first int32), in spill order, read in
     blocks of whole rows."""
     import numpy as np
 
@@ -433,12 +515,15 @@ class ParquetFiles:
     """Several Parquet files committed together (`atomic_write_together`): none appears unless all are complete.
 
     Output k gets spilled rows order[k], order[k + n], ... (the round-robin of every layout); with a bin size, its
-    rows grouped by bin (a stable sort, each bin's rows in that order), row groups never crossing a bin."""
+    rows grouped by bin (a stable sort, each bin's rows in that order), row groups never crossing a bin. The text
+    rows are copied out as every layout's spill is (`framed.copy_spilled`), and a block of them becomes Arrow
+    arrays from their buffers (`text_columns`): no per-row or per-token Python."""
 
     def __init__(self, layout: ParquetLayout, paths: Sequence[str | os.PathLike], dims: dict[str, int], vocab, *,
                  overwrite: bool = False):
         self.layout, self.paths, self.dims = layout, [Path(p) for p in paths], dims
-        self.encoder = TableEncoder(layout, dims, vocab)
+        self.schema = arrow_schema(layout, dims)
+        self.headers = npy_headers(dims[PRED]) if layout.static else (b"", array("q"))
         self.overwrite = overwrite
 
     def __enter__(self) -> "ParquetFiles":
@@ -446,31 +531,66 @@ class ParquetFiles:
         self._temps = self._ctx.__enter__()
         return self
 
+    def table(self, data: bytes, count: int):
+        """`count` text rows (`TextRows`) as an Arrow table of LDDL's schema."""
+        import numpy as np
+
+        pa, fast = _pa(), speedups.compiled()
+        split = text_columns if fast is None else fast.text_columns
+        buffers = [pa.py_buffer(b) for b in split(data, count, *self.headers, self.layout.static)]
+
+        def strings(kind, at: int):
+            return pa.Array.from_buffers(kind, count, [None, buffers[at], buffers[at + 1]])
+
+        columns = [strings(pa.string(), 2), strings(pa.string(), 4),
+                   pa.Array.from_buffers(pa.bool_(), count, [None, buffers[1]]),
+                   pa.Array.from_buffers(pa.uint16(), count, [None, buffers[0]])]
+        if self.layout.static:
+            columns += [strings(pa.binary(), 6), strings(pa.string(), 8)]
+        if self.layout.bin_size:  # from its buffer: pa.array of a numpy array would import pandas (0.4 CPU-s)
+            num_tokens = np.frombuffer(buffers[0], "<u2").astype(np.int64)
+            bin_ids = self.layout.bin_of(num_tokens, self.dims[SEQ]).astype("<i8")
+            columns.append(pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(bin_ids)]))
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
     def copy(self, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
         import numpy as np
 
-        total, n_out = len(order), len(self.paths)
-        ordered = np.frombuffer(order, dtype=np.int64)
-        bins = None
-        if self.layout.bin_size:
-            bins = self.layout.bin_of(_spilled_lengths(fd, offsets), self.dims[SEQ])
-        done, pread = 0, os.pread
-        for k, (temp, path) in enumerate(zip(self._temps, self.paths)):
-            mine = ordered[k::n_out]
-            runs = [mine]
-            if bins is not None:
+        n_out = len(self.paths)
+        groups: list[list[int] | None] = [None] * n_out  # each output's row group sizes (None: ROW_GROUP each)
+        if self.layout.bin_size:  # each output's rows grouped by bin: `order` permuted within each output
+            seq = self.dims[SEQ]
+            bins = self.layout.bin_of(_spilled_lengths(fd, offsets), seq)
+            order = np.frombuffer(order, dtype=np.int64).copy()
+            for j in range(n_out):
+                mine = order[j::n_out]
                 mine = mine[np.argsort(bins[mine], kind="stable")]
-                cuts = np.flatnonzero(np.diff(bins[mine])) + 1
-                runs = np.split(mine, cuts)
-            with _open_writer(temp, path, self.layout, self.dims) as writer:
-                for run in runs:
-                    for start in range(0, len(run), ROW_GROUP):
-                        if progress is not None:
-                            progress(done, total)
-                        part = run[start:start + ROW_GROUP].tolist()
-                        rows = [pread(fd, offsets[i + 1] - offsets[i], offsets[i]) for i in part]
-                        writer.write_table(self.encoder.table(rows), row_group_size=ROW_GROUP)
-                        done += len(part)
+                order[j::n_out] = mine
+                groups[j] = _row_groups(np.bincount(bins[mine], minlength=self.layout.bins(seq)))
+        current = {"j": -1, "files": contextlib.ExitStack(), "pending": None}
+
+        def start(j: int) -> None:
+            """Output j's writer, the previous one's file finished."""
+            if current["pending"] is not None:
+                current["pending"].flush()
+            current["files"].close()
+            current["files"] = contextlib.ExitStack()
+            writer = current["files"].enter_context(_open_writer(self._temps[j], self.paths[j], self.layout,
+                                                                 self.dims))
+            current.update(j=j, pending=_Pending(writer, groups[j]))
+
+        def emit(j: int, data: bytes, index_lines: bytes, count: int) -> None:
+            while current["j"] < j:  # outputs come in turn; one with no rows gets an empty file
+                start(current["j"] + 1)
+            current["pending"].add(self.table(data, count))
+
+        try:
+            copy_spilled(n_out, order, offsets, fd, emit, progress, indexed=False)
+            while current["j"] < n_out - 1:
+                start(current["j"] + 1)
+            current["pending"].flush()
+        finally:
+            current["files"].close()
 
     def __exit__(self, exc_type, exc, tb):
         return self._ctx.__exit__(exc_type, exc, tb)
@@ -512,7 +632,7 @@ def read_rows(path: Path, first: int, count: int):
         lo, hi = max(first, at), min(first + count, at + rows)
         if lo < hi:
             try:
-                table = f.read_row_group(g)
+                table = f.read_row_group(g, use_threads=False)  # threads: more CPU for a row group, not less
             except Exception as e:
                 raise PrepError(f"{path}: cannot read row group {g} ({' '.join(str(e).split())})") from None
             yield table.slice(lo - at, hi - lo)
@@ -565,7 +685,7 @@ def read_batches(path: Path, dims: dict[str, int], layout: ParquetLayout, vocab:
             raise PrepError(f"{path}: instance {done + row}: {what} token {flat[k].as_py()!r} is not in {vocab}")
         return key_ids[index.to_numpy(zero_copy_only=False)], lengths.astype(np.int64)
 
-    for batch in f.iter_batches(batch_size=rows):
+    for batch in f.iter_batches(batch_size=rows, use_threads=False):
         n_rows = batch.num_rows
         if batch.column("A").null_count or batch.column("B").null_count:
             raise PrepError(f"{path}: from instance {done}: an A or B that is null")

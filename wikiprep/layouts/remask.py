@@ -73,11 +73,11 @@ class RemaskLayout(FramedLayout):
     def check(self, options: GenerationOptions) -> None:
         check_fits(options, self.pad_position_value)
 
-    def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> "RemaskEncoder":
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> "RemaskEncoder":
         return RemaskEncoder(max_seq_length, max_predictions_per_seq, self.pad_position_value)
 
-    def compiled_arguments(self) -> dict | None:
-        arguments = super().compiled_arguments()
+    def compiled_arguments(self, vocab=None) -> dict | None:
+        arguments = super().compiled_arguments(vocab)
         return None if arguments is None else {**arguments, "pad_position": varint(self.pad_position_value)}
 
     def to_standard(self, batch: dict, dims: dict[str, int]) -> dict:

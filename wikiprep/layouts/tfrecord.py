@@ -22,7 +22,7 @@ class TFRecordLayout(FramedLayout):
         layouts existed (a description without a layout's keys is this layout's)."""
         return {}
 
-    def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> "InstanceEncoder":
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> "InstanceEncoder":
         return InstanceEncoder(max_seq_length, max_predictions_per_seq)
 
 
