@@ -6,7 +6,8 @@ workflows`) in a fresh folder holding good inputs and good outputs (the `world` 
 `setup` damaged or added something. Every row asserts the same contract:
 
 - a non-zero exit;
-- exactly one `<program>: error:` line on stderr, containing `expect` (and never a traceback);
+- exactly one `<program>: error:` line on stderr, containing `expect` (and never a traceback), and it is
+  the last line printed;
 - every file that existed before is byte-identical after (a failed run changes no good output);
 - no file was added, except paths matching the row's `may_add` globs (what the run had fully
   committed before it failed, e.g. a verified download), and never a temporary (`*.tmp-*`).
@@ -112,6 +113,7 @@ def _run(argv: list[str], cwd: Path, timeout: float = 300, file_size_limit: int 
          ) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
     env.pop("LUIGI_CONFIG_PATH", None)
+    env.pop("WIKIPREP_COMMAND", None)
 
     def limit():
         if file_size_limit is not None:
@@ -802,6 +804,8 @@ def test_bad_input_is_one_line_and_changes_nothing(case: Bad, world: Path, tmp_p
     lines = [line for line in r.stderr.splitlines() if re.match(rf"{prog}( [a-z-]+)?: error: ", line)]
     assert len(lines) == 1, f"expected one '{prog}: error:' line, got {len(lines)}:\n{r.stderr[-3000:]}"
     assert _expand(case.expect, root) in lines[0], lines[0]
+    # The answer is the last thing printed: after Luigi's execution summary, before only make's own line.
+    assert r.stderr.splitlines()[-1] == lines[0], f"the error line is not the last:\n{r.stderr[-3000:]}"
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
 
     after = _snapshot(root)
