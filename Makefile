@@ -29,6 +29,9 @@ SBATCH_ARGS ?=
 SLURM_MAX_RUNNING ?=
 DEMO_DIR   ?= demo
 
+# The command a Luigi run names to resume it when interrupted (workflows/console.py): the make command given.
+RESUME_COMMAND = WIKIPREP_COMMAND='make $(MAKECMDGOALS) $(MAKEOVERRIDES)'
+
 PRETRAIN_ARGS := $(if $(FORMAT),--output-format $(FORMAT)) $(if $(LAYOUT),--layout $(LAYOUT)) \
   $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS))
 
@@ -53,7 +56,7 @@ $(STAMP): pyproject.toml setup.py wikiprep/_speedups.c shardkit/_examples.c shar
 	touch $(STAMP)
 
 demo: setup
-	$(BIN)/luigi --module workflows Demo --out-dir $(DEMO_DIR) --local-scheduler --workers 2
+	$(RESUME_COMMAND) $(BIN)/luigi --module workflows Demo --out-dir $(DEMO_DIR) --local-scheduler --workers 2
 	$(BIN)/python -m workflows summary $(DEMO_DIR)
 
 test: setup
@@ -85,7 +88,7 @@ wiki-128 wiki-384 wiki-512: setup
 	@if [ -z "$(DUMP_DATE)" ]; then \
 	  echo "make $@: set DUMP_DATE=YYYYMMDD, the date of a finished dump (see README: picking a dump); nothing falls back to 'latest'" >&2; \
 	  exit 2; fi
-	$(BIN)/luigi --module workflows Pretrain$(subst wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
+	$(RESUME_COMMAND) $(BIN)/luigi --module workflows Pretrain$(subst wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS) \
 	  --workers $(WORKERS) $(SCHEDULER_ARGS)

@@ -11,8 +11,9 @@ from whichever process runs the task). A thread shows the figures:
   progress line does), so the log lines of every process of the run go on above it untouched;
 - otherwise (a log file, CI, Slurm), one INFO line `progress: ...` every `[progress] interval` seconds
   (`--progress-interval`, default 30);
-- with a luigid, the same figures as the root task's status message and progress percentage, every
-  `LUIGID_SECONDS`, so luigid's web UI and API show the whole run on its root task.
+- with a luigid, the same figures as the root task's status message (`run: ...`) and progress percentage,
+  every `LUIGID_SECONDS` and once at the end, so luigid's web UI and API show the whole run on its root
+  task; until the root task itself runs, when its own stage's figures take over.
 
 The estimate of the time left: a running task's own rate for what it has left (elapsed / fraction done),
 and for each task still to run the mean time of the finished tasks of its kind, shared over the worker
@@ -106,6 +107,10 @@ class RunProgress:
         if unit == "B":
             self._bytes_finished += done
 
+    def has_run(self, task_id: str) -> bool:
+        with self._lock:
+            return task_id in self._ran
+
     def running(self) -> list[str]:
         """What runs: each running task's stage ('extract enwiki-…bz2'), or its kind while it has said nothing."""
         with self._lock:
@@ -156,7 +161,7 @@ class RunProgress:
             else:  # the first figures of the run
                 rate = processed / (now - self.start) if now - self.start >= 1.0 else None
             work_done, work_left, work, unknown = self._estimates(now)
-            parallel = min(self.workers, max(1, len(self._started) + counts[PENDING]))
+            parallel = min(self.workers, max(1, counts[PENDING]))  # a running task is still PENDING here
             return {
                 "tasks": len(self._status), "done": counts[DONE], "failed": counts[FAILED],
                 "running": [status(*self._stage[t]) if t in self._stage else self._family[t]
@@ -274,6 +279,8 @@ class Display(threading.Thread):
                 logger.info("progress: %s", text)
 
     def tell_luigid(self) -> None:
+        if self.run_progress.has_run(self.root_id):  # the root task's own stage says more now: its status is its own
+            return
         figures = self.run_progress.figures()
         try:
             self.luigid.set_task_status_message(self.root_id, "run: " + line(figures))
@@ -287,5 +294,7 @@ class Display(threading.Thread):
             channel.current.send({})  # wakes the wait
         self.join(timeout=10)
         self.drain()
+        if self.luigid is not None:
+            self.tell_luigid()  # the run's last figures
         if self.terminal is not None:
             self.terminal.close()
