@@ -29,6 +29,17 @@ SBATCH_ARGS ?=
 SLURM_MAX_RUNNING ?=
 DEMO_DIR   ?= demo
 
+# A variable given on the command line that this Makefile never sets, but whose name is close to one it does
+# (NUM_SHARD=3 for NUM_SHARDS), is a typo that would silently build with the default: refused, naming the one meant.
+MAKEFILE_VARIABLES := $(shell sed -n 's/^\([A-Z][A-Z_]*\) *[?:]*=.*/\1/p' $(firstword $(MAKEFILE_LIST)))
+UNKNOWN_VARIABLES := $(filter-out $(MAKEFILE_VARIABLES),$(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+ifneq ($(UNKNOWN_VARIABLES),)
+VARIABLE_TYPOS := $(shell python3 -c 'import difflib, sys; known = sys.argv[1].split(); print("; ".join(f"{v} is not a variable of this Makefile: did you mean {c[0]}?" for v in sys.argv[2:] for c in [difflib.get_close_matches(v, known, n=1, cutoff=0.75)] if c))' '$(MAKEFILE_VARIABLES)' $(UNKNOWN_VARIABLES))
+ifneq ($(VARIABLE_TYPOS),)
+$(error $(VARIABLE_TYPOS))
+endif
+endif
+
 # The command a Luigi run names to resume it when interrupted (workflows/console.py): the make command given.
 RESUME_COMMAND = WIKIPREP_COMMAND='make $(MAKECMDGOALS) $(MAKEOVERRIDES)'
 

@@ -149,21 +149,23 @@ def test_the_estimate_counts_running_tasks_by_their_rate_and_waiting_ones_by_the
     now[0] = 10.0
     run.stage("shard0", "instances wiki_00000.tfrecord", 25_000_000, 100_000_000, "B")
     f = run.figures()
-    assert f["left"] is not None and f["left_unknown"]  # no shard nor dataset has finished: a lower bound
-    assert line(f).startswith("0/5 tasks done, 1 running · 25.0 MB processed (2.5 MB/s) · 10s in · instances")
+    assert f["left"] == pytest.approx(30 / 2) and f["left_unknown"]  # nothing has finished: a lower bound,
+    assert line(f).startswith("0/5 tasks done, 1 running · 25.0 MB processed (2.5 MB/s) · 10s in · instances")  # unshown
+    now[0] = 100.0
+    assert "10s in" not in line(run.figures()) and ", more than " in line(run.figures())  # 1m15s left at least
     now[0] = 40.0
     run.stage("shard0", "instances wiki_00000.tfrecord", 100_000_000, 100_000_000, "B")
     run.scheduled("shard0", "PretrainShard", "DONE")  # 40 s a shard
-    run.scheduled("dataset", "PretrainDataset", "DONE")  # (as if it had been complete already)
     run.started("shard1", "PretrainShard")
     run.started("shard2", "PretrainShard")
     now[0] = 50.0
     run.stage("shard1", "instances wiki_00001.tfrecord", 50_000_000, 100_000_000, "B")  # half in 10 s: 10 s left
     f = run.figures()
-    # shard1: 10 s left by its own rate; shard2: 40 - 10 by the mean of its kind; shard3 waits: 40; over 2 workers
-    assert not f["left_unknown"] and f["left"] == pytest.approx((10 + 30 + 40) / 2)
-    assert (f["done"], f["tasks"], f["pending"]) == (2, 5, 1)
-    assert "about 40s left" in line(f) and "150.0 MB processed" in line(f)
+    # shard1: 10 s left by its own rate; shard2: 40 - 10 by the mean of its kind; shard3 waits: 40; the dataset,
+    # no task of its kind finished yet: the mean of all finished tasks, 40; over 2 workers
+    assert not f["left_unknown"] and f["left"] == pytest.approx((10 + 30 + 40 + 40) / 2)
+    assert (f["done"], f["tasks"], f["pending"]) == (1, 5, 2)
+    assert "about 1m00s left" in line(f) and "150.0 MB processed" in line(f)
 
 
 def test_luigid_shows_the_whole_run_on_the_root_task(site, tmp_path):
@@ -194,3 +196,16 @@ def test_luigid_shows_the_whole_run_on_the_root_task(site, tmp_path):
     message, percentage = seen[-1]
     assert re.match(r"run: \d+/\d+ tasks done, \d+ running · ", message), message
     assert 0 <= percentage <= 100
+
+
+def test_make_refuses_a_variable_close_to_one_of_its_own():
+    """NUM_SHARD=3 would silently build the default 256 shards: make stops first, naming NUM_SHARDS; a name close
+    to none of its own (V=1) is left alone."""
+    r = subprocess.run(["make", "--no-print-directory", "-n", "-C", str(REPO), "plan-128", "DUMP_DATE=20261101",
+                        "NUM_SHARD=3"], env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert re.fullmatch(r"Makefile:\d+: \*\*\* NUM_SHARD is not a variable of this Makefile: did you mean "
+                        r"NUM_SHARDS\?\.  Stop\.\n", r.stderr), r.stderr
+    r = subprocess.run(["make", "--no-print-directory", "-n", "-C", str(REPO), "plan-128", "DUMP_DATE=20261101",
+                        "NUM_SHARDS=3", "V=1"], env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--num-shards 3" in r.stdout, r.stdout + r.stderr

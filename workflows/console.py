@@ -12,6 +12,11 @@
   The task processes ignore SIGINT: the worker's process reports it once and stops them with SIGTERM,
   on which their open atomic writes remove their temporaries (`workflows.worker.Worker`).
 
+- **A mistyped task or flag** is one line, naming the closest ones: `luigi --module workflows Pretrain129`
+  (Luigi's own is a traceback) and `--num-shard 3` (a prefix, which argparse accepts by default as
+  `--num-shards`: refused) or `--bogus` (argparse's own is the usage of every parameter of every task,
+  hundreds of lines), exit status 2 as argparse's.
+
 Luigi's command line has no hook where its run ends; `install()`, called by `workflows.setup()` when
 `luigi --module workflows` imports the package, wraps `luigi.interface._run`, which the command line
 calls once the package is imported. `luigi.build` from a program is left as it is: its errors are
@@ -20,14 +25,21 @@ printed where they happen.
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import functools
 import os
+import re
 import shlex
 import signal
 import sys
+from typing import NoReturn
 
+import luigi.cmdline_parser
 import luigi.execution_summary
 import luigi.interface
 import luigi.task
+import luigi.task_register
 
 from shardkit.signals import Terminated
 
@@ -123,8 +135,66 @@ def _run(run, *args, **kwargs):
     return result
 
 
+def _close(name: str, names, *, plain) -> str:
+    """' (did you mean X, Y or Z?)' for the names closest to a mistyped one (the `plain` ones first: a root task's
+    own flag, a task outside a namespace), or ''."""
+    names = sorted(names)
+    close = (difflib.get_close_matches(name, [n for n in names if plain(n)], n=3, cutoff=0.6)
+             or difflib.get_close_matches(name, names, n=3, cutoff=0.6))
+    if not close:
+        return ""
+    close = sorted(close)
+    return f" (did you mean {', '.join(close[:-1]) + ' or ' if len(close) > 1 else ''}{close[-1]}?)"
+
+
+def _parser_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """argparse's error(), as one line: an unknown flag is named with the closest flags."""
+    unknown = re.fullmatch(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        flags = [arg.partition("=")[0] for arg in unknown.group(1).split() if arg.startswith("--")]
+        options = [option for option in parser._option_string_actions if option.startswith("--")]
+        if flags:
+            # A task's flag given for another task carries its name (--SplitPart-num-shards): not plain.
+            message = "; ".join(f"{flag}: no such parameter{_close(flag, options, plain=str.islower)}"
+                                for flag in flags)
+    _print(f"wikiprep: error: {message}")
+    raise SystemExit(2)
+
+
+def _one_line_parser(build):
+    """CmdlineParser._build_parser, whose parser takes no prefix of a flag for the flag, and errs in one line."""
+    def build_parser(*args, **kwargs):
+        parser = build(*args, **kwargs)
+        parser.allow_abbrev = False
+        parser.error = functools.partial(_parser_error, parser)
+        return parser
+
+    build_parser.one_line = True
+    return build_parser
+
+
+def _excepthook(hook):
+    """sys.excepthook, with a task name Luigi does not know as one line (Luigi raises it where nothing catches)."""
+    def one_line_for_a_mistyped_task(kind, error, tb):
+        missing = re.match(r"No task (\S+)\.", str(error))
+        if isinstance(error, luigi.task_register.TaskClassNotFoundException) and missing:
+            name = missing.group(1)
+            names = luigi.task_register.Register.task_names()
+            _print(f"wikiprep: error: no task {name}{_close(name, names, plain=lambda n: '.' not in n)}")
+        else:
+            hook(kind, error, tb)
+
+    one_line_for_a_mistyped_task.one_line = True
+    return one_line_for_a_mistyped_task
+
+
 def install() -> None:
-    """Make `luigi --module workflows ...` end with its answer (module docstring)."""
+    """Make `luigi --module workflows ...` end with its answer, and its mistakes one line (module docstring)."""
+    if not getattr(sys.excepthook, "one_line", False):
+        sys.excepthook = _excepthook(sys.excepthook)
+    parser = luigi.cmdline_parser.CmdlineParser
+    if not getattr(parser._build_parser, "one_line", False):
+        parser._build_parser = staticmethod(_one_line_parser(parser._build_parser))
     run = luigi.interface._run
     if getattr(run, "ends_with_the_answer", False):
         return

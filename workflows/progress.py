@@ -16,8 +16,9 @@ from whichever process runs the task). A thread shows the figures:
   task; until the root task itself runs, when its own stage's figures take over.
 
 The estimate of the time left: a running task's own rate for what it has left (elapsed / fraction done),
-and for each task still to run the mean time of the finished tasks of its kind, shared over the worker
-processes. While some kind has not finished a task yet the estimate is a lower bound (`more than ...`).
+and for each task still to run the mean time of the finished tasks of its kind (of any kind while none of
+its kind has finished), shared over the worker processes. Before any task has finished, the part not yet
+known makes it a lower bound, shown once it is a minute or more (`more than ...`).
 Nothing here touches an output: the figures only ever go to stderr and to luigid.
 """
 
@@ -123,26 +124,31 @@ class RunProgress:
         return min(1.0, done / total) if total else None
 
     def _estimates(self, now: float) -> tuple[float, float, float, bool]:
-        """(work done, work left, work in all, whether some of it is unknown), in seconds of one worker."""
+        """(work done, work left, work in all, whether some of it is unknown), in seconds of one worker.
+
+        A task of a kind none of which has finished yet counts as the mean of all finished tasks; before any
+        has finished, it is unknown."""
+        finished = [d for durations in self._durations.values() for d in durations]
         means = {family: sum(d) / len(d) for family, d in self._durations.items() if d}
+        any_task = sum(finished) / len(finished) if finished else None
         unknown = False
-        done = sum(sum(d) for d in self._durations.values())
+        done = sum(finished)
         left = 0.0
         for task_id, state in self._status.items():
-            family = self._family[task_id]
+            mean = means.get(self._family[task_id], any_task)
             if task_id in self._started:
                 elapsed = now - self._started[task_id]
                 fraction = self._fraction(task_id)
                 done += elapsed
                 if fraction is not None and fraction >= 0.01:
                     left += elapsed * (1 - fraction) / fraction
-                elif family in means:
-                    left += max(means[family] - elapsed, 0.0)
+                elif mean is not None:
+                    left += max(mean - elapsed, 0.0)
                 else:
                     unknown = True
             elif state == PENDING:
-                if family in means:
-                    left += means[family]
+                if mean is not None:
+                    left += mean
                 else:
                     unknown = True
         return done, left, done + left, unknown
@@ -264,10 +270,11 @@ class Display(threading.Thread):
             now = time.monotonic()
             if now >= next_line:
                 self.show()
-                next_line = now + (TERMINAL_SECONDS if self.terminal else self.interval)
+                period = TERMINAL_SECONDS if self.terminal else self.interval
+                next_line = max(next_line + period, now)  # on the interval's beat, never drifting later
             if self.luigid is not None and now >= next_luigid:
                 self.tell_luigid()
-                next_luigid = now + LUIGID_SECONDS
+                next_luigid = max(next_luigid + LUIGID_SECONDS, now)
 
     def show(self) -> None:
         text = line(self.run_progress.figures())
