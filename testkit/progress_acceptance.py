@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -45,14 +46,14 @@ def watch_tmux(argv: list[str], work: Path) -> tuple[list[tuple[float, str]], st
     seen: list[tuple[float, str]] = []
     try:
         while not done.exists():
-            pane = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-t", session], capture_output=True, text=True,
+            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True,
                                   check=True).stdout.rstrip("\n").split("\n")
             bottom = pane[-1] if len(pane) >= 30 else ""
             if "tasks done" in bottom:
                 seen.append((time.monotonic(), bottom.strip()))
             time.sleep(0.5)
         pane = subprocess.run(["tmux", "capture-pane", "-p", "-J", "-t", session], capture_output=True, text=True,
-                              check=True).stdout
+                              check=True).stdout  # wrapped lines joined
         last = [text for text in pane.splitlines() if text.strip()][-1]
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
@@ -86,6 +87,7 @@ def main() -> int:
     if not (site / WIKI / DATE / "dumpstatus.json").exists():
         write_synthetic_dump(site, WIKI, DATE, xml_mb=args.xml_mb, parts=2)
     data = args.work_dir / f"data-{args.mode}"
+    shutil.rmtree(data, ignore_errors=True)  # this script's own: every run starts from nothing
     argv = command(site.resolve(), data.resolve())
     start = time.monotonic()
     seen, last = (watch_tmux if args.mode == "tmux" else watch_log)(argv, args.work_dir)

@@ -196,6 +196,14 @@ def line(f: dict) -> str:
     return " · ".join(parts)
 
 
+def on_a_terminal() -> bool:
+    """Whether stderr is a terminal that moves its cursor (not TERM=dumb, as Emacs' shell sets)."""
+    try:
+        return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+    except (AttributeError, ValueError):
+        return False
+
+
 class TerminalLine:
     """One line on the terminal's last row, kept out of the scrolling rows above it (see the module docstring).
 
@@ -221,7 +229,7 @@ class TerminalLine:
             return
         if rows != self.rows:
             # A new line, then back up: the cursor is now above the last row, which the scrolling region leaves out.
-            self._write(("\x1b[2K" if self.rows else "") + f"\n\x1b[1A\x1b7\x1b[1;{rows - 1}r\x1b8")
+            self._write(f"\n\x1b[1A\x1b7\x1b[1;{rows - 1}r\x1b8")
             self.rows = rows
         self._write(f"\x1b7\x1b[{rows};1H\x1b[2K{text[:columns - 1]}\x1b8")
 
@@ -240,7 +248,7 @@ class Display(threading.Thread):
         self.run_progress, self.on_error, self.luigid, self.root_id = run, on_error, luigid, root_id
         self.interval = interval if interval is not None else progress().interval
         self.terminal = TerminalLine(sys.stderr.fileno()) if (
-            terminal if terminal is not None else sys.stderr.isatty()) else None
+            terminal if terminal is not None else on_a_terminal()) else None
         self._stopping = threading.Event()
 
     def drain(self) -> None:
