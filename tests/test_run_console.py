@@ -52,10 +52,10 @@ class Run:
 
 @pytest.fixture(scope="module")
 def reference(site, tmp_path_factory) -> Run:
-    """An uninterrupted run, whose log goes to a pipe with a progress line every second."""
+    """An uninterrupted run, whose log goes to a pipe with a progress line every 0.2 s (it takes a few seconds)."""
     data = tmp_path_factory.mktemp("reference") / "data"
     lines: list[tuple[float, str]] = []
-    proc = subprocess.Popen(command(site, data, "--progress-interval", "1"), cwd=REPO, env=env(),
+    proc = subprocess.Popen(command(site, data, "--progress-interval", "0.2"), cwd=REPO, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for text in proc.stderr:
         lines.append((time.monotonic(), text.rstrip("\n")))
@@ -68,7 +68,7 @@ def test_a_log_gets_a_progress_line_every_interval_and_ends_with_the_dataset(sit
     progress = [(t, text) for t, text in lines if PROGRESS_LINE.match(text)]
     assert len(progress) >= 3, "\n".join(text for _, text in lines[-40:])
     gaps = [b[0] - a[0] for a, b in zip(progress, progress[1:])]
-    assert max(gaps) < 5, gaps  # every second, give or take a loaded machine
+    assert max(gaps) < 2, gaps  # every 0.2 s, give or take a loaded machine
     done = [int(PROGRESS_LINE.match(text).group(1)) for _, text in progress]
     assert done == sorted(done) and done[-1] <= int(PROGRESS_LINE.match(progress[-1][1]).group(2))
     assert not any("\x1b" in text or "\r" in text for _, text in lines)  # a log holds no control character

@@ -93,7 +93,8 @@ def _root_outcome(task: luigi.Task) -> str:
     return ", ".join(str(t.path) for t in luigi.task.flatten(output) if hasattr(t, "path"))
 
 
-def _complete(task: luigi.Task) -> bool:
+def complete(task: luigi.Task) -> bool:
+    """task.complete(), False when it cannot say (its error is reported by PrepTask.complete)."""
     try:
         return bool(task.complete())
     except Exception:
@@ -127,7 +128,7 @@ def _run(run, *args, **kwargs):
     history = result.worker._add_task_history
     root = luigi.execution_summary._root_task(result.worker) if history else None  # the task given on the command line
     prog = getattr(root, "prog", "wikiprep")
-    if root is not None and _complete(root):
+    if root is not None and complete(root):
         _print(f"{prog}: done: {_root_outcome(root)}")
     elif not _errors:
         _print(f"{prog}: error: the run did not finish ({result.one_line_summary.strip()}); "

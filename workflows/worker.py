@@ -74,7 +74,7 @@ from luigi.scheduler import DONE, PENDING, RUNNING
 from luigi.task import UnconsumedParameterWarning
 
 from shardkit.errors import PrepError
-from shardkit.signals import Terminated, received
+from shardkit.signals import STOP_SIGNALS, Terminated, received
 
 from . import channel, console
 from .progress import Display, RunProgress
@@ -84,14 +84,6 @@ logger = logging.getLogger("luigi-interface")
 CLAIM_AGAIN_SECONDS = 30.0
 
 
-def _complete(task: luigi.Task) -> bool:
-    """task.complete(), False when it cannot say (its error is reported by PrepTask.complete)."""
-    try:
-        return bool(task.complete())
-    except Exception:
-        return False
-
-
 def _unreachable(error: luigi.rpc.RPCError) -> PrepError:
     """The one line a worker ends with when luigid stays away longer than the RPC retries."""
     # prog: printed by base._PrepErrorTracebacks when Luigi logs the uncaught error
@@ -99,15 +91,12 @@ def _unreachable(error: luigi.rpc.RPCError) -> PrepError:
                      f"run the same command again to resume", prog="wikiprep")
 
 
-# Held back while a task process is forked, until it has set its own handlers (as shardkit.pool does).
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
 class _TaskProcess(luigi.worker.ContextManagedTaskProcess):
     """Luigi's task process, which, forked, leaves Ctrl-C to the worker's process (module docstring)."""
 
     def start(self):
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        # Held back while the process is forked, until it has set its own handlers (as shardkit.pool does).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             super().start()
         finally:
@@ -116,7 +105,7 @@ class _TaskProcess(luigi.worker.ContextManagedTaskProcess):
     def run(self):
         if os.getpid() != self._parent_pid:  # forked; else Luigi runs the task in the worker's own process
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         super().run()
 
 
@@ -240,9 +229,9 @@ class ClusterWorker(Worker):
         DONE, and a task seen RUNNING on another worker leaves "run by another worker" when no
         answer of get_work lists it any more. Tasks this worker ran or saw fail keep their entries.
         """
-        if not all(_complete(root) for root in self._roots):
+        if not all(console.complete(root) for root in self._roots):
             return
-        done = {task_id for task_id, task in self._scheduled_tasks.items() if _complete(task)}
+        done = {task_id for task_id, task in self._scheduled_tasks.items() if console.complete(task)}
         statuses: dict[str, set[str]] = {}
         for task, status, _ in self._add_task_history:
             statuses.setdefault(task.task_id, set()).add(status)
@@ -286,7 +275,7 @@ class ClusterWorker(Worker):
         # is not complete, luigid has forgotten the worker's tasks: add them again, once.
         if self._stop_requesting_work or get_work_response.n_pending_tasks or running_elsewhere or self._added_again:
             return False
-        incomplete = [root for root in self._roots if not _complete(root)]
+        incomplete = [root for root in self._roots if not console.complete(root)]
         if not incomplete:
             return False
         logger.warning("luigid lists no pending task for this worker, but %s is not complete (luigid restarted, or "
@@ -297,7 +286,7 @@ class ClusterWorker(Worker):
 
     def _run_task(self, task_id):
         task = self._scheduled_tasks.get(task_id)
-        if task is not None and task_id not in self._running_tasks and _complete(task):
+        if task is not None and task_id not in self._running_tasks and console.complete(task):
             logger.info("[pid %s] Worker %s skipped   %s: complete already (another worker committed it)",
                         os.getpid(), self._id, task)
             self._add_task(worker=self._id, task_id=task_id, status=DONE, runnable=None, expl=json.dumps(""),
