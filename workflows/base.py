@@ -456,13 +456,13 @@ class PrepTask(luigi.Task):
             channel.send({"task": self.task_id, "what": what, "done": done, "total": total, "unit": unit})
 
         to_luigid = throttle(report, PROGRESS_SECONDS)
-        to_run = throttle(tell_the_run, RUN_PROGRESS_SECONDS)
 
         def both(done: int, total: int | None) -> None:
+            tell_the_run(done, total)
             to_luigid(done, total)
-            to_run(done, total)
 
-        return both
+        # One throttle in the stage's loop (as before the run's progress), the slower luigid one behind it.
+        return throttle(both, RUN_PROGRESS_SECONDS)
 
     def on_failure(self, exception):
         if isinstance(exception, PrepError):
