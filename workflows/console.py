@@ -113,16 +113,18 @@ def _run(run, *args, **kwargs):
     _deferring, _run_pid = True, os.getpid()
     try:
         result = run(*args, **kwargs)
-    except KeyboardInterrupt:
+    except BaseException as stop:
+        # The errors found before the run stopped, then what stopped it: an interrupt's line, or (printed by
+        # Luigi's command line as it logs the exception) the line of an error no task caught (luigid gone).
         _deferring = False
-        _print(interrupted_line("wikiprep", signal.SIGINT))
-        raise SystemExit(128 + signal.SIGINT) from None
-    except Terminated as stop:
-        _deferring = False
-        _print(interrupted_line("wikiprep", signal.SIGTERM))
-        raise stop from None
-    finally:
-        _deferring = False  # an error raised from here on (a parameter that does not parse) is printed at once
+        for line in _errors:
+            _print(line)
+        if isinstance(stop, (KeyboardInterrupt, Terminated)):
+            signum = signal.SIGINT if isinstance(stop, KeyboardInterrupt) else signal.SIGTERM
+            _print(interrupted_line("wikiprep", signum))
+            raise SystemExit(128 + signum) from None
+        raise
+    _deferring = False  # an error raised from here on (a parameter that does not parse) is printed at once
     for line in _errors:
         _print(line)
     history = result.worker._add_task_history
