@@ -40,6 +40,7 @@ import luigi.execution_summary
 import luigi.interface
 import luigi.task
 import luigi.task_register
+from luigi.scheduler import DONE
 
 from shardkit.signals import Terminated
 
@@ -93,14 +94,6 @@ def _root_outcome(task: luigi.Task) -> str:
     return ", ".join(str(t.path) for t in luigi.task.flatten(output) if hasattr(t, "path"))
 
 
-def complete(task: luigi.Task) -> bool:
-    """task.complete(), False when it cannot say (its error is reported by PrepTask.complete)."""
-    try:
-        return bool(task.complete())
-    except Exception:
-        return False
-
-
 def _print(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -130,7 +123,8 @@ def _run(run, *args, **kwargs):
     history = result.worker._add_task_history
     root = luigi.execution_summary._root_task(result.worker) if history else None  # the task given on the command line
     prog = getattr(root, "prog", "wikiprep")
-    if root is not None and complete(root):
+    # Done by the worker's own account (never by asking complete() again, which may read a server once more).
+    if root is not None and [status for task, status, _ in history if task.task_id == root.task_id][-1] == DONE:
         _print(f"{prog}: done: {_root_outcome(root)}")
     elif not _errors:
         _print(f"{prog}: error: the run did not finish ({result.one_line_summary.strip()}); "

@@ -84,6 +84,14 @@ logger = logging.getLogger("luigi-interface")
 CLAIM_AGAIN_SECONDS = 30.0
 
 
+def _complete(task: luigi.Task) -> bool:
+    """task.complete(), False when it cannot say (its error is reported by PrepTask.complete)."""
+    try:
+        return bool(task.complete())
+    except Exception:
+        return False
+
+
 def _unreachable(error: luigi.rpc.RPCError) -> PrepError:
     """The one line a worker ends with when luigid stays away longer than the RPC retries."""
     # prog: printed by base._PrepErrorTracebacks when Luigi logs the uncaught error
@@ -229,9 +237,9 @@ class ClusterWorker(Worker):
         DONE, and a task seen RUNNING on another worker leaves "run by another worker" when no
         answer of get_work lists it any more. Tasks this worker ran or saw fail keep their entries.
         """
-        if not all(console.complete(root) for root in self._roots):
+        if not all(_complete(root) for root in self._roots):
             return
-        done = {task_id for task_id, task in self._scheduled_tasks.items() if console.complete(task)}
+        done = {task_id for task_id, task in self._scheduled_tasks.items() if _complete(task)}
         statuses: dict[str, set[str]] = {}
         for task, status, _ in self._add_task_history:
             statuses.setdefault(task.task_id, set()).add(status)
@@ -275,7 +283,7 @@ class ClusterWorker(Worker):
         # is not complete, luigid has forgotten the worker's tasks: add them again, once.
         if self._stop_requesting_work or get_work_response.n_pending_tasks or running_elsewhere or self._added_again:
             return False
-        incomplete = [root for root in self._roots if not console.complete(root)]
+        incomplete = [root for root in self._roots if not _complete(root)]
         if not incomplete:
             return False
         logger.warning("luigid lists no pending task for this worker, but %s is not complete (luigid restarted, or "
@@ -286,7 +294,7 @@ class ClusterWorker(Worker):
 
     def _run_task(self, task_id):
         task = self._scheduled_tasks.get(task_id)
-        if task is not None and task_id not in self._running_tasks and console.complete(task):
+        if task is not None and task_id not in self._running_tasks and _complete(task):
             logger.info("[pid %s] Worker %s skipped   %s: complete already (another worker committed it)",
                         os.getpid(), self._id, task)
             self._add_task(worker=self._id, task_id=task_id, status=DONE, runnable=None, expl=json.dumps(""),
