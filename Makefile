@@ -1,5 +1,6 @@
 # wikiprep: `make demo` and `make test` are the two commands a new user needs (README).
-PYTHON ?= python3.11
+# Python 3.11, 3.12 or 3.13: the first of them found, unless PYTHON is given.
+PYTHON ?= $(or $(firstword $(foreach v,3.11 3.12 3.13,$(shell command -v python$(v) 2>/dev/null))),python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -18,6 +19,13 @@ MULTISTREAM ?=
 FORMAT     ?=
 LAYOUT     ?=
 MAX_PREDICTIONS ?=
+# LANGUAGE=ja: the text's language instead of the dump's header's; DO_LOWER_CASE=false: a cased vocabulary (tasks.md).
+LANGUAGE   ?=
+DO_LOWER_CASE ?=
+# FORMAT=parquet: LDDL's Parquet (folder ..._parquet...); MASKING=dynamic leaves the masks to LDDL's loader,
+# BIN_SIZE=64 bins the instances by length (docs/outputs.md, "Parquet").
+MASKING    ?=
+BIN_SIZE   ?=
 SCHEDULER  ?=
 # `make luigid`: the address and port it listens on. 127.0.0.1 serves workers on this machine only;
 # for workers on other nodes give this node's address on the cluster network (docs/cluster.md).
@@ -44,7 +52,9 @@ endif
 RESUME_COMMAND = WIKIPREP_COMMAND='make $(MAKECMDGOALS) $(MAKEOVERRIDES)'
 
 PRETRAIN_ARGS := $(if $(FORMAT),--output-format $(FORMAT)) $(if $(LAYOUT),--layout $(LAYOUT)) \
-  $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS))
+  $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS)) $(if $(LANGUAGE),--language $(LANGUAGE)) \
+  $(if $(DO_LOWER_CASE),--do-lower-case $(DO_LOWER_CASE)) \
+  $(if $(MASKING),--masking $(MASKING)) $(if $(BIN_SIZE),--bin-size $(BIN_SIZE))
 
 ifeq ($(SCHEDULER),)
 SCHEDULER_ARGS := --local-scheduler
@@ -53,18 +63,26 @@ SCHEDULER_ARGS := --scheduler-host $(word 1,$(subst :, ,$(SCHEDULER))) --schedul
 export LUIGI_CONFIG_PATH := $(CURDIR)/cluster/luigi-cluster.cfg
 endif
 
-.PHONY: report-screenshots setup demo test wiki-128 wiki-384 wiki-512 plan-128 plan-384 plan-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm
+.PHONY: constraints imagenet report-screenshots setup demo test wiki-128 wiki-384 wiki-512 plan-128 plan-384 plan-512 luigid clean-demo slurm-wiki-128 slurm-wiki-384 slurm-wiki-512 test-slurm test-kill test-install test-pythons test-docker
 
 setup: $(STAMP)
 
 # The editable install also builds the optional C extensions wikiprep/_speedups*.so and shardkit/_examples*.so
 # in place (setup.py), again whenever their source changes; without a C compiler they are skipped and the Python
 # paths run.
-$(STAMP): pyproject.toml setup.py wikiprep/_speedups.c shardkit/_examples.c shardkit/crc32c.h
+$(STAMP): pyproject.toml constraints.txt setup.py wikiprep/_speedups.c shardkit/_examples.c shardkit/crc32c.h
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[tensorflow,test]'
 	touch $(STAMP)
+
+# constraints.txt anew from pyproject.toml's ranges: the newest versions they allow, installed into a scratch
+# environment and frozen. Review the difference (`git diff constraints.txt`) and run `make test` before committing.
+constraints:
+	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install --quiet '.[tensorflow,test]'
+	{ sed -n 1,2p constraints.txt; .venv-constraints/bin/python -m pip freeze | grep -v '^wikiprep'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-constraints
 
 demo: setup
 	$(RESUME_COMMAND) $(BIN)/luigi --module workflows Demo --out-dir $(DEMO_DIR) --local-scheduler --workers 2
@@ -104,6 +122,24 @@ wiki-128 wiki-384 wiki-512: setup
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS) \
 	  --workers $(WORKERS) $(SCHEDULER_ARGS)
 
+# ImageNet to TFRecord shards, as wiki-128 is for Wikipedia: TRAIN and VAL are ILSVRC2012_img_train.tar /
+# ILSVRC2012_img_val.tar or their unpacked folders, LABELS the validation labels (TensorFlow's .txt, Kaggle's
+# LOC_val_solution.csv or the devkit's ground truth; leave it out when VAL holds <wnid>/ folders), OUT the output
+# folder. TRAIN_SHARDS / VALIDATION_SHARDS default to build_imagenet_data.py's 1024 / 128.
+TRAIN ?=
+VAL ?=
+LABELS ?=
+OUT ?=
+TRAIN_SHARDS ?= 1024
+VALIDATION_SHARDS ?= 128
+imagenet: setup
+	@if [ -z "$(TRAIN)" ] || [ -z "$(VAL)" ] || [ -z "$(OUT)" ]; then \
+	  echo "make imagenet: set TRAIN=..., VAL=... and OUT=... (and LABELS=... unless VAL holds <wnid>/ folders); see README, ImageNet" >&2; \
+	  exit 2; fi
+	$(RESUME_COMMAND) $(BIN)/luigi --module workflows ImageNet --train-dir $(TRAIN) --validation-dir $(VAL) \
+	  $(if $(LABELS),--val-labels $(LABELS)) --output-dir $(OUT) \
+	  --train-shards $(TRAIN_SHARDS) --validation-shards $(VALIDATION_SHARDS) --workers $(WORKERS) $(SCHEDULER_ARGS)
+
 # The dry run of wiki-128 (384, 512), same variables: how many tasks of each kind, which are complete, which
 # would run. Writes nothing, downloads nothing but the dump's dumpstatus.json (docs/tasks.md, the dry run).
 plan-128 plan-384 plan-512: setup
@@ -113,6 +149,48 @@ plan-128 plan-384 plan-512: setup
 	$(BIN)/python -m workflows plan Pretrain$(subst plan-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS)
+
+# A folder of text files (docs/tasks.md, text corpora): make text-128 TEXT_DIR=/data/books TEXT_FORMAT=books
+# [NAME=books] [TEXT_FIELD=text], the variables of wiki-128 otherwise; plan-text-128 is its dry run.
+TEXT_DIR    ?=
+TEXT_FORMAT ?=
+TEXT_FIELD  ?=
+NAME        ?=
+TEXT_ARGS = --text-dir $(TEXT_DIR) --text-format $(TEXT_FORMAT) $(if $(TEXT_FIELD),--text-field $(TEXT_FIELD)) \
+  $(if $(NAME),--name $(NAME)) --num-shards $(NUM_SHARDS) $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS)
+.PHONY: text-128 text-384 text-512 plan-text-128 plan-text-384 plan-text-512
+text-128 text-384 text-512 plan-text-128 plan-text-384 plan-text-512: setup
+	@if [ -z "$(TEXT_DIR)" ] || [ -z "$(TEXT_FORMAT)" ]; then \
+	  echo "make $@: set TEXT_DIR=<folder of text files> and TEXT_FORMAT=books|sentences|lines|jsonl" >&2; exit 2; fi
+	$(RESUME_COMMAND) $(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
+	  PretrainText$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) $(TEXT_ARGS) \
+	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))
+
+# The Slurm job chain of a text corpus (docs/cluster.md, "Slurm"), the variables of text-128.
+.PHONY: slurm-text-128 slurm-text-384 slurm-text-512
+slurm-text-128 slurm-text-384 slurm-text-512: setup
+	@if [ -z "$(TEXT_DIR)" ] || [ -z "$(TEXT_FORMAT)" ]; then \
+	  echo "make $@: set TEXT_DIR=<folder of text files> and TEXT_FORMAT=books|sentences|lines|jsonl" >&2; exit 2; fi
+	WIKIPREP_VENV=$(abspath $(VENV)) SBATCH_ARGS='$(SBATCH_ARGS)' SLURM_MAX_RUNNING='$(SLURM_MAX_RUNNING)' \
+	  cluster/slurm/submit.sh $(subst slurm-,,$@) --data-dir $(DATA_DIR) $(TEXT_ARGS)
+
+# A mixture of corpora (docs/tasks.md, mixtures): make mix-128 RECIPE=wiki-books.toml; plan-mix-128 is its dry run.
+RECIPE ?=
+.PHONY: mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512
+mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512: setup
+	@if [ -z "$(RECIPE)" ]; then echo "make $@: set RECIPE=<a recipe .toml file> (docs/tasks.md, mixtures)" >&2; exit 2; fi
+	$(RESUME_COMMAND) $(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
+	  PretrainMix$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) --recipe $(RECIPE) --num-shards $(NUM_SHARDS) \
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS) \
+	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))
+
+# The Slurm job chain of a mixture (docs/cluster.md, "Slurm"), the variables of mix-128.
+.PHONY: slurm-mix-128 slurm-mix-384 slurm-mix-512
+slurm-mix-128 slurm-mix-384 slurm-mix-512: setup
+	@if [ -z "$(RECIPE)" ]; then echo "make $@: set RECIPE=<a recipe .toml file> (docs/tasks.md, mixtures)" >&2; exit 2; fi
+	WIKIPREP_VENV=$(abspath $(VENV)) SBATCH_ARGS='$(SBATCH_ARGS)' SLURM_MAX_RUNNING='$(SLURM_MAX_RUNNING)' \
+	  cluster/slurm/submit.sh $(subst slurm-,,$@) --data-dir $(DATA_DIR) --recipe $(RECIPE) --num-shards $(NUM_SHARDS) \
+	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS)
 
 # Submits the Slurm job chain (job-array mode) and prints the job ids; run it again to resume.
 slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
@@ -128,6 +206,34 @@ slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 # the sample dump, the daemons stopped at the end. 2 to 3 minutes: not part of `make test`.
 test-slurm: setup
 	cluster/slurm/test/run.sh $(abspath $(BIN))/python
+
+# The package as a user installs it: a fresh environment without TensorFlow (pip install -c constraints.txt .)
+# builds the sample dump's dataset through luigi --module wikiprep.workflows, then verify, inspect and stats.
+# A few minutes: not part of `make test`. PYTHON picks the interpreter (3.11 to 3.13).
+test-install:
+	$(PYTHON) testkit/install_check.py --python $(PYTHON)
+
+# The Dockerfile builds and runs the demo in the image. Where no Docker daemon answers (or the base image cannot
+# be pulled), it says so and stops with status 0: nothing was tested.
+test-docker:
+	@if ! docker info >/dev/null 2>&1; then echo "test-docker: skipped: no Docker daemon answers here (docker info fails)"; \
+	else docker build -t wikiprep-test . && docker run --rm wikiprep-test; fi
+
+# `make test` under each other Python the project supports (3.11 to 3.13) that is on this machine, each in its
+# own environment (.venv-3.12, ...), installed with the same constraints. Long: not part of `make test`.
+OTHER_PYTHONS ?= 3.12 3.13
+test-pythons:
+	@for v in $(OTHER_PYTHONS); do \
+	  if ! command -v python$$v >/dev/null; then echo "test-pythons: python$$v not found, not tested"; continue; fi; \
+	  $(MAKE) test VENV=.venv-$$v PYTHON=python$$v || exit 1; \
+	done
+
+# Kill loops (#27, docs/errors.md): 25 random SIGKILLs of a 2-worker Pretrain128 run's whole process group and 12
+# of the ImageNet task, each followed by the same command; every rerun must be byte-identical to an uninterrupted
+# run with no temporary left. About 10 minutes: not part of `make test`.
+test-kill: setup
+	$(BIN)/python -m testkit.kill_loop wiki --kills 25
+	$(BIN)/python -m testkit.kill_loop imagenet --kills 12
 
 # The central scheduler of a cluster run (docs/cluster.md), in the foreground, with the cluster
 # config. It has no authentication: bind it to an address only the cluster's nodes reach. Its state

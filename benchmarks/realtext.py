@@ -24,7 +24,6 @@ version Debian serves.
 
 from __future__ import annotations
 
-import bz2
 import hashlib
 import io
 import re
@@ -178,21 +177,22 @@ def rst_to_wikitext(source: str) -> tuple[str | None, str]:
     return title, "\n\n".join(out) + "\n"
 
 
-def fetch_package(cache: Path) -> Path:
-    """The python3.11-doc .deb in `cache`, fetched with `apt-get download` when it is not there yet."""
+def fetch_package(cache: Path, package: str = PACKAGE) -> Path:
+    """The .deb of `package` in `cache`, fetched with `apt-get download` when it is not there yet."""
     cache.mkdir(parents=True, exist_ok=True)
-    debs = sorted(cache.glob(f"{PACKAGE}_*.deb"))
+    debs = sorted(cache.glob(f"{package}_*.deb"))
     if not debs:
-        r = subprocess.run(["apt-get", "download", PACKAGE], cwd=cache, capture_output=True, text=True)
-        debs = sorted(cache.glob(f"{PACKAGE}_*.deb"))
+        r = subprocess.run(["apt-get", "download", package], cwd=cache, capture_output=True, text=True)
+        debs = sorted(cache.glob(f"{package}_*.deb"))
         if not debs:
-            raise SystemExit(f"realtext: error: `apt-get download {PACKAGE}` in {cache} failed: "
+            raise SystemExit(f"realtext: error: `apt-get download {package}` in {cache} failed: "
                              f"{(r.stderr or r.stdout).strip().splitlines()[-1:]}")
     return debs[-1]
 
 
-def deb_sources(deb: Path) -> dict[str, str]:
-    """{path under _sources/: text} of the package's .rst.txt files, read from the .deb (ar, then tar)."""
+def deb_files(deb: Path, prefix: str, suffix: str) -> dict[str, bytes]:
+    """{path under `prefix`: bytes} of the package's files under `prefix` ending in `suffix`, read from the
+    .deb (ar, then tar): nothing is installed."""
     data = deb.read_bytes()
     if not data.startswith(b"!<arch>\n"):
         raise SystemExit(f"realtext: error: {deb} is not a Debian package")
@@ -206,18 +206,23 @@ def deb_sources(deb: Path) -> dict[str, str]:
         pos += 60 + size + (size & 1)
     if member is None:
         raise SystemExit(f"realtext: error: {deb} has no data.tar member")
-    sources = {}
+    files = {}
     with tarfile.open(fileobj=io.BytesIO(member)) as tar:
         for info in tar:
             name = info.name.lstrip("./")
-            if info.isfile() and name.startswith(SOURCES) and name.endswith(".rst.txt"):
-                sources[name[len(SOURCES):]] = tar.extractfile(info).read().decode("utf-8")
-    return sources
+            if info.isfile() and name.startswith(prefix) and name.endswith(suffix):
+                files[name[len(prefix):]] = tar.extractfile(info).read()
+    return files
+
+
+def deb_sources(deb: Path) -> dict[str, str]:
+    """{path under _sources/: text} of the package's .rst.txt files."""
+    return {path: data.decode("utf-8") for path, data in deb_files(deb, SOURCES, ".rst.txt").items()}
 
 
 def build_pages(sources: dict[str, str]) -> list[dict]:
     """One article per documentation page with prose, in path order, ids rising as in a dump."""
-    from wikiprep.wikipedia.samples import CONTRIBUTORS
+    from testkit.synthetic_dump import prose_page
 
     pages, titles = [], set()
     for n, (path, source) in enumerate(sorted(sources.items())):
@@ -228,28 +233,17 @@ def build_pages(sources: dict[str, str]) -> list[dict]:
         if title in titles:
             title = f"{title} ({path.removesuffix('.rst.txt')})"
         titles.add(title)
-        page_id = 1000 + 10 * n
-        pages.append({"title": title[:200], "ns": 0, "text": text, "redirect": None, "model": "wikitext",
-                      "format": "text/x-wiki", "id": page_id, "revid": 1_100_000_000 + page_id,
-                      "timestamp": "2025-12-20T12:00:00Z", "contributor": CONTRIBUTORS[n % len(CONTRIBUTORS)],
-                      "comment": path})
+        pages.append(prose_page(n, title, text, comment=path))
     return pages
 
 
 def write_python_docs_dump(site_root: Path, cache: Path, wiki: str = "enwiki", date: str = DATE) -> dict:
     """Write the dump under `site_root/{wiki}/{date}`; return what it holds and where it came from."""
-    from shardkit.atomic import write_bytes
-    from wikiprep.wikipedia.samples import page_xml, part_names, siteinfo_xml, write_dump_status
+    from testkit.synthetic_dump import write_pages_dump
 
     deb = fetch_package(cache)
     pages = build_pages(deb_sources(deb))
-    folder = Path(site_root) / wiki / date
-    split = len(pages) // 2
-    names = part_names(wiki, date, pages, split)
-    for name, chunk in zip(names, [pages[:split], pages[split:]]):
-        xml = siteinfo_xml(wiki) + "".join(page_xml(p) for p in chunk) + "</mediawiki>\n"
-        write_bytes(folder / name, bz2.compress(xml.encode("utf-8"), 9), overwrite=True)
-    write_dump_status(folder, wiki, date, "articlesdump", "2026-01-02 07:41:12", names)
+    folder = write_pages_dump(site_root, pages, wiki, date)
     return {"folder": str(folder), "package": deb.name, "package_sha256": hashlib.sha256(deb.read_bytes()).hexdigest(),
             "pages": len(pages), "wikitext_mb": round(sum(len(p["text"].encode()) for p in pages) / 1e6, 2)}
 

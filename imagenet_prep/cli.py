@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from shardkit import progress
-from shardkit.cli import at_least_one, run
-from shardkit.manifest import MANIFEST
+from shardkit.cli import add_version, at_least_one, run, warn
+from shardkit.manifest import MANIFEST, check_report_folder, unfinished_note
 
 from . import convert, images
 
@@ -27,6 +27,7 @@ PROG = "imagenet-prep"
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="ImageNet to build_imagenet_data.py TFRecord shards.")
+    add_version(p, PROG)
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("convert", help="plan, write every shard and the manifest in one process (or --workers)")
@@ -34,22 +35,26 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--validation-dir", help="flat validation images, <wnid>/ folders, or ILSVRC2012_img_val.tar")
     c.add_argument("--val-labels", help="TF imagenet_2012_validation_synset_labels.txt, Kaggle LOC_val_solution.csv, "
                                         "or devkit ILSVRC2012_validation_ground_truth.txt (meta.mat beside it)")
-    c.add_argument("--output-dir", required=True)
+    c.add_argument("--output-dir", required=True, help="where the shards, idx/ and MANIFEST.json go")
     c.add_argument("--synsets-file", help="sorted wnids, one a line (default: the 1000 ILSVRC-2012 synsets)")
     c.add_argument("--metadata-file", help="wnid<TAB>names (default: shipped names; TF's imagenet_metadata.txt works)")
     c.add_argument("--bbox-dir", help="bounding-box XML as <wnid>/<image>.xml (ILSVRC2012_bbox_train_v2)")
-    c.add_argument("--train-shards", type=int, default=1024)
-    c.add_argument("--validation-shards", type=int, default=128)
-    c.add_argument("--seed", type=int, default=12345)
-    c.add_argument("--workers", type=int, default=1, help="processes writing shards (bytes do not depend on it)")
+    c.add_argument("--train-shards", type=int, default=1024,
+                   help="train-NNNNN-of-NNNNN files (default 1024, as build_imagenet_data.py)")
+    c.add_argument("--validation-shards", type=int, default=128,
+                   help="validation-NNNNN-of-NNNNN files (default 128, as build_imagenet_data.py)")
+    c.add_argument("--seed", type=int, default=12345,
+                   help="seed of build_imagenet_data.py's shuffle of the image lists (default 12345, as it)")
+    c.add_argument("--workers", type=int, default=1,
+                   help="processes writing shards (default 1; the bytes do not depend on it)")
     c.add_argument("--strict", action="store_true", help="fail on an unreadable image instead of leaving it out")
     c.add_argument("--verify-decode", action="store_true", help="fully decode every copied JPEG (slow)")
     c.add_argument("--max-pixels", type=int, default=images.MAX_PIXELS,
-                   help="refuse images declaring more pixels (decompression bombs)")
+                   help=f"refuse images declaring more pixels, as decompression bombs (default {images.MAX_PIXELS})")
 
     v = sub.add_parser("verify", help="check a shard folder; one line and exit 1 on the first problem")
-    v.add_argument("dir")
-    v.add_argument("--synsets-file")
+    v.add_argument("dir", help="a folder imagenet-prep convert or the ImageNet task wrote")
+    v.add_argument("--synsets-file", help="sorted wnids, one a line (default: the 1000 ILSVRC-2012 synsets)")
     v.add_argument("--decode-all", action="store_true", help="decode every image with TensorFlow (slow)")
     v.add_argument("--jobs", type=at_least_one, default=1,
                    help="worker processes checking shards in parallel, each with its own TensorFlow (default 1; "
@@ -57,14 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("inspect", help="print the first records of a shard: label, synset, name, size, format, "
                                        "boxes and byte count")
-    i.add_argument("file")
+    i.add_argument("file", help="a train-* or validation-* shard")
     i.add_argument("-n", type=at_least_one, default=3, help="records to show (default 3)")
 
     s = sub.add_parser("stats", help="per-split counts, per-class histogram and image sizes")
-    s.add_argument("dir")
+    s.add_argument("dir", help="a folder imagenet-prep convert or the ImageNet task wrote")
     s.add_argument("--out", required=True, help="report folder: report.html (one self-contained page), stats.json, "
                                                 "report.txt and the plots as PNG files")
-    s.add_argument("--synsets-file")
+    s.add_argument("--synsets-file", help="sorted wnids, one a line (default: the 1000 ILSVRC-2012 synsets)")
     return p
 
 
@@ -118,10 +123,12 @@ def _inspect(args: argparse.Namespace) -> None:
 def _stats(args: argparse.Namespace) -> None:
     from . import stats
 
+    check_report_folder(Path(args.out), Path(args.dir), stats.STARTED_BY)  # a report replaces only a report
     with progress.bar("stats", "shards") as bar:
         report = stats.stats(args.dir, args.out, args.synsets_file, overwrite=True,  # a new report replaces the last
                              progress=bar)
     sys.stdout.write(stats.stats_report_text(report))
+    warn(PROG, unfinished_note(Path(args.dir), stats.STARTED_BY))
     print(f"wrote {Path(args.out) / 'report.html'} (open it in a browser), stats.json, report.txt and the plots "
           f"as PNG files")
 

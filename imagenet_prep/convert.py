@@ -45,12 +45,14 @@ import tarfile
 from pathlib import Path
 from typing import Callable
 
-from shardkit.atomic import remove_all_stale_temps, remove_stale_temps, write_bytes, write_json
+from shardkit.atomic import (make_parent_folder, read_receipt, receipt_path, remove_all_stale_temps, remove_stale_temps,
+                             write_bytes, write_json)
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, write_manifest
 from shardkit.pool import forked_each
 from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import RecordWriter, check_index_size
+from shardkit.verified import read_committed
 
 from . import images, labels
 from .schema import RecordEncoder
@@ -469,7 +471,7 @@ def write_plan(plan: dict, path: str | Path, *, overwrite: bool = False) -> None
 def read_plan(path: str | Path) -> dict:
     path = Path(path)
     try:
-        plan = json.loads(path.read_text(encoding="utf-8"))
+        plan = json.loads(read_committed(path).decode("utf-8"))  # checked against its receipt, when it has one
     except FileNotFoundError:
         raise PrepError(f"{path}: plan not found") from None
     except ValueError as e:
@@ -633,7 +635,10 @@ def check_output_dir(output_dir: str | Path, plan: dict | Callable[[], dict]) ->
         raise PrepError(f"--output-dir {output_dir}: not a folder")
     if not output_dir.is_dir():
         return None
-    manifest = _read_held(output_dir / MANIFEST, output_dir)
+    # A MANIFEST.json no longer the size its receipt says is damaged, not another dataset's: the plan says what
+    # made the folder, and the task that wrote the manifest makes it again.
+    damaged = receipt_path(output_dir / MANIFEST).is_file() and read_receipt(output_dir / MANIFEST) is None
+    manifest = None if damaged else _read_held(output_dir / MANIFEST, output_dir)
     held_plan = _read_held(output_dir / WORK_DIR / PLAN_NAME, output_dir)
     proceed = f"give another --output-dir, or remove {output_dir} to rebuild it"
     if manifest is None and held_plan is None:
@@ -689,8 +694,13 @@ def _shard_names(plan: dict) -> list[str]:
             for i in range(spec["num_shards"])]
 
 
-def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict], *, overwrite: bool = False) -> dict:
+def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict], *, overwrite: bool = False,
+             rehash: bool = False) -> dict:
     """Check every planned shard was written as reported, then write MANIFEST.json; returns it.
+
+    MANIFEST.json takes each file's sha256 from its shard's result, as its writer hashed it, unless `rehash`
+    (a manifest made again after damage, which may have reached a result's receipt too): every file is
+    hashed then.
 
     Dead writers' temporaries (this host) are removed first; a live writer's is left: a duplicate
     run may still be writing a shard this one has finished (`shardkit.atomic`).
@@ -746,7 +756,7 @@ def finalize(plan: dict, output_dir: str | Path, shard_results: list[dict], *, o
     # The sha256 each writer took as it wrote (sizes are checked again); a result without them, from an
     # older imagenet-prep's receipt, leaves its files to be hashed here.
     known = {}
-    for name, r in results.items():
+    for name, r in ({} if rehash else results).items():
         own = (name, f"{IDX_DIR}/{name}.idx")
         known.update({path: digest for path, digest in (r.get("files") or {}).items() if path in own})
     return write_manifest(output_dir, counts, extra, overwrite=overwrite, known_files=known)
@@ -787,7 +797,7 @@ def convert_dataset(train_dir, validation_dir, val_labels, output_dir, *, worker
                             f"another --output-dir")
         return held
     with _undone_on_failure(output_dir, plan):
-        output_dir.mkdir(parents=True, exist_ok=True)
+        make_parent_folder(output_dir / WORK_DIR / PLAN_NAME)  # a read-only or full disk: one line
         # Replaced whatever `overwrite` says: check_output_dir found the folder to hold this very dataset (or
         # nothing), and the plan records where this run's inputs are, which may have moved since.
         write_plan(plan, output_dir / WORK_DIR / PLAN_NAME, overwrite=True)

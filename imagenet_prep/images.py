@@ -140,7 +140,15 @@ def _check_size(width: int, height: int, max_pixels: int) -> None:
         raise ImageRejected(f"declared size {width}x{height} exceeds {max_pixels} pixels (decompression bomb)")
 
 
+# High-bit-depth greyscale is scaled to 8 bits a tile of at most this many pixels at a time, so that the numpy
+# arrays of the scaling stay a few MB whatever the image's size (whole, a 16-bit PNG under MAX_PIXELS took 1.8 GB).
+_TILE_PIXELS = 1 << 20
+
+
 def _to_rgb(img):
+    """`img` as RGB. A high-bit-depth greyscale one is scaled to 8 bits tile by tile (`_TILE_PIXELS`) and then
+    closed, its memory released before the RGB copy is made: at most about 5 bytes a pixel at once (its own 2 or 4,
+    the 8-bit greyscale's 1; then that 1 and RGB's 3), 450 MB at MAX_PIXELS."""
     from PIL import Image
 
     mode = img.mode
@@ -150,11 +158,17 @@ def _to_rgb(img):
         # High-bit-depth greyscale: PIL's convert() would clip at 255; scale to 8 bits as decode_png does.
         import numpy as np
 
-        arr = np.asarray(img)
         top = 255 if mode == "F" else 65535
-        arr = np.clip(arr.astype(np.float64 if mode == "F" else np.int64), 0, top)
-        arr8 = (arr if mode == "F" else arr >> 8).astype(np.uint8)
-        return Image.fromarray(arr8, "L").convert("RGB")
+        width, height = img.size
+        rows, cols = max(1, _TILE_PIXELS // width), min(width, _TILE_PIXELS)
+        grey = Image.new("L", img.size)
+        for y in range(0, height, rows):
+            for x in range(0, width, cols):
+                box = (x, y, min(x + cols, width), min(y + rows, height))
+                arr = np.clip(np.asarray(img.crop(box)).astype(np.float64 if mode == "F" else np.int64), 0, top)
+                grey.paste(Image.fromarray((arr if mode == "F" else arr >> 8).astype(np.uint8), "L"), box[:2])
+        img.close()
+        return grey.convert("RGB")
     return img.convert("RGB")  # L, 1, P, PA, LA, RGBA, CMYK (PIL undoes Adobe inversion), YCbCr...
 
 

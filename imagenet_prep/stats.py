@@ -18,7 +18,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from shardkit.atomic import write_json, write_text
+from shardkit.atomic import make_parent_folder, write_json, write_text
 from shardkit.errors import PrepError
 from shardkit.manifest import MANIFEST, manifest_status, status_words
 from shardkit.plots import figure
@@ -27,6 +27,7 @@ from shardkit.report import Html, Report, details, facts, page, paragraph, secti
 from shardkit.tf import import_tensorflow
 
 from . import labels
+from .convert import PLAN_NAME, WORK_DIR
 from .reader import find_shards, iter_parsed
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ CONTACT_SHEET = 8       # records shown per split: its first ones, in shard orde
 COMMONEST_SIZES = 12    # image sizes listed
 MAX_SCATTER = 20_000    # points per split drawn in the size scatter (every k-th image beyond that)
 BYTE_BINS = 24          # ranges of the JPEG size histogram
+# What an output folder holds from the start of a conversion: a report without MANIFEST.json beside it is of an
+# unfinished dataset.
+STARTED_BY = (f"{WORK_DIR}/{PLAN_NAME}",)
 
 
 def stats(folder: str | Path, out_dir: str | Path, synsets_file=None, *, overwrite: bool = False,
@@ -46,11 +50,9 @@ def stats(folder: str | Path, out_dir: str | Path, synsets_file=None, *, overwri
     refused when not (`shardkit.atomic`). `progress(done, total)` counts the shards read.
     """
     folder, out_dir = Path(folder), Path(out_dir)
-    if out_dir.resolve() == folder.resolve():
-        raise PrepError(f"--out {out_dir}: choose a report folder other than the dataset itself")
     report, seen = folder_stats(folder, synsets_file, name=name, progress=progress)
     html_text, rep = report_html(report, seen)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_parent_folder(out_dir / "stats.json")
     write_json(out_dir / "stats.json", report, overwrite=overwrite)
     write_text(out_dir / "report.txt", stats_report_text(report), overwrite=overwrite)
     rep.write(out_dir, html_text, overwrite=overwrite)
@@ -127,7 +129,7 @@ def folder_stats(folder: Path, synsets_file=None, *, name: str | None = None,
                                **{split: per_class[split][i] for split in per_class}}
                               for i, w in enumerate(synsets, 1)]
     report.update(_manifest_lists(folder))
-    report["manifest"] = manifest_status(folder, shard_records, name)
+    report["manifest"] = manifest_status(folder, shard_records, name, started_by=STARTED_BY)
     if progress is not None:
         progress(shards_total, shards_total)
     stage.finish(sum(st["records"] for st in report["splits"].values()), "records",

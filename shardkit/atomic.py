@@ -197,12 +197,15 @@ def _first_non_folder(path: Path) -> Path | None:
 
 
 def make_parent_folder(path: Path) -> None:
-    """Create `path`'s folder; PrepError naming the file in the way when a parent is a file."""
+    """Create `path`'s folder; PrepError naming the file in the way when a parent is a file, or `path` and the
+    reason when the folder cannot be made (a read-only file system, a full disk: `write_error`)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         blocker = _first_non_folder(path.parent)
         raise PrepError(f"{blocker or path.parent}: not a folder; cannot create {path} under it") from None
+    except OSError as e:
+        raise write_error(path, e) from None
 
 
 def check_output_root(path: str | os.PathLike, flag: str) -> None:
@@ -640,6 +643,44 @@ def _same_output(a, b: dict) -> bool:
     return isinstance(a, dict) and all(a.get(k) == b.get(k) for k in ("size", "sha256", "files"))
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _is_size(value) -> bool:
+    return type(value) is int and value >= 0
+
+
+def is_file_receipt(receipt) -> bool:
+    """The shape `write_receipt` gives: an object whose `size` is a byte count and `sha256` 64 hex digits.
+    Anything else (a list, a string, a key missing or of another type: a receipt edited, damaged, or
+    written by something else) is no receipt: its output is checked again (made again and compared) instead
+    of being trusted, and the receipt replaced."""
+    return isinstance(receipt, dict) and _is_size(receipt.get("size")) and isinstance(receipt.get("sha256"), str) \
+        and _SHA256.fullmatch(receipt["sha256"]) is not None
+
+
+def is_folder_receipt(receipt) -> bool:
+    """The shape `write_dir_receipt` gives: an object whose `files` maps each relative path to its size and sha256."""
+    files = receipt.get("files") if isinstance(receipt, dict) else None
+    return isinstance(files, dict) and all(
+        isinstance(entry, dict) and _is_size(entry.get("size")) and isinstance(entry.get("sha256"), str)
+        for entry in files.values())
+
+
+def _json_type(value) -> str:
+    """A value's JSON type: object, array, string, number (int or float), boolean or null."""
+    if isinstance(value, bool) or value is None:
+        return repr(value) if value is None else "boolean"
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+def _malformed_for(held, receipt: dict) -> bool:
+    """`held` is not a receipt of this writer's shape: not an object, or lacking one of `receipt`'s keys, or holding
+    one as another JSON type. Such a receipt is damaged, not a clash: it is replaced."""
+    return not isinstance(held, dict) or any(key not in held or _json_type(held[key]) != _json_type(value)
+                                             for key, value in receipt.items())
+
+
 def _commit_receipt(tmp: Path, rp: Path, receipt: dict, overwrite: bool) -> None:
     """Commit a receipt no-clobber-or-identical. An existing receipt that describes other bytes than the
     output now there is stale (that output was removed and made again) and is replaced; one that
@@ -662,7 +703,7 @@ def _commit_receipt(tmp: Path, rp: Path, receipt: dict, overwrite: bool) -> None
             held = None
         if held == receipt:
             return
-        if not _same_output(held, receipt):
+        if not _same_output(held, receipt) or _malformed_for(held, receipt):
             os.replace(tmp, rp)
             return
         key = next(k for k in sorted(set(held) | set(receipt)) if held.get(k) != receipt.get(k))
@@ -697,12 +738,15 @@ def write_receipt(path: str | os.PathLike, *, sha256: str | None = None, overwri
 
 
 def read_receipt(path: str | os.PathLike) -> dict | None:
-    """The receipt of `path`, or None when there is none or the file no longer matches its size."""
+    """The receipt of `path`, or None when there is none, when it has not the shape a receipt has
+    (`is_file_receipt`), or when the file no longer matches its size."""
     path = Path(path)
     rp = receipt_path(path)
     try:
         receipt = json.loads(rp.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError, RecursionError):
+        return None
+    if not is_file_receipt(receipt):
         return None
     try:
         if path.stat().st_size != receipt.get("size"):
@@ -731,9 +775,11 @@ def read_dir_receipt(folder: str | os.PathLike) -> dict | None:
     try:
         receipt = json.loads(receipt_path(folder).read_text(encoding="utf-8"))
         names = _files_below(folder)
-    except (FileNotFoundError, ValueError, NotADirectoryError):
+    except (FileNotFoundError, ValueError, NotADirectoryError, IsADirectoryError, RecursionError):
         return None
-    if names != sorted(receipt.get("files", {})):
+    if not is_folder_receipt(receipt):
+        return None
+    if names != sorted(receipt["files"]):
         return None
     if any((folder / n).stat().st_size != e["size"] for n, e in receipt["files"].items()):
         return None

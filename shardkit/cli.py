@@ -36,6 +36,22 @@ def at_least_one(text: str) -> int:
     return value
 
 
+def version_text(prog: str, distribution: str = "wikiprep") -> str:
+    """`PROG VERSION (Python X.Y.Z)`, the installed distribution's version, for `--version`."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version(distribution)
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "(not installed)"
+    return f"{prog} {version} (Python {sys.version.split()[0]})"
+
+
+def add_version(parser: argparse.ArgumentParser, prog: str) -> None:
+    """`--version` on a program's top-level parser: print `version_text` and exit 0."""
+    parser.add_argument("--version", action="version", version=version_text(prog))
+
+
 def error_line(prog: str, e: BaseException) -> str:
     """`prog: error: ...` for a PrepError, or for an OSError (a folder without write permission, a full disk)."""
     if isinstance(e, OSError) and not isinstance(e, PrepError):
@@ -45,6 +61,12 @@ def error_line(prog: str, e: BaseException) -> str:
 
 # The exit status of a program whose standard output closed: 128 + SIGPIPE, as a shell reports a SIGPIPE death.
 CLOSED_OUTPUT_STATUS = 128 + signal.SIGPIPE
+
+
+def warn(prog: str, message: str | None) -> None:
+    """`PROG: warning: <message>` on stderr (nothing for None): what a user should know of a run that succeeded."""
+    if message is not None:
+        print(f"{prog}: warning: {message}", file=sys.stderr)
 
 
 def stdout_closed() -> bool:

@@ -47,7 +47,9 @@ import json
 import logging
 import os
 import re
+import socket
 import stat
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -59,7 +61,7 @@ import requests.adapters
 import requests.structures
 import urllib3
 
-from .atomic import commit, read_receipt, receipt_path, write_json, write_receipt
+from .atomic import commit, make_parent_folder, read_receipt, receipt_path, write_error, write_json, write_receipt
 from .errors import PrepError, excerpt
 from .progress import Bar, Progress, Stage
 
@@ -204,6 +206,86 @@ class FileAdapter(requests.adapters.BaseAdapter):
         pass
 
 
+# The status line and headers of an answer must arrive within the attempt's read timeout (at most what is left of
+# the stall budget). requests' timeouts are per read, so a server sending its headers a byte a second would never
+# trip one: a watchdog (`_AnswerWatch`) shuts the connection's socket down when the time is up, which ends the
+# blocked read at once. The connection classes below arm it for the answer being read, on this thread.
+_watching = threading.local()
+
+
+class _AnswerWatch:
+    """Shuts down the socket of the answer being read when `seconds` pass before its headers are all there."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.fired, self._lock, self._timer = seconds, False, threading.Lock(), None
+
+    def arm(self, sock) -> None:
+        def fire():
+            with self._lock:
+                if self._timer is None:  # the headers came in time
+                    return
+                self.fired = True
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+        self._timer = threading.Timer(self.seconds, fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> None:
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
+
+class _WatchedAnswers:
+    """A urllib3 connection whose `getresponse` (the status line and headers) runs under this thread's watch."""
+
+    def getresponse(self, *args, **kwargs):
+        watch = getattr(_watching, "watch", None)
+        if watch is None or self.sock is None:
+            return super().getresponse(*args, **kwargs)
+        watch.arm(self.sock)
+        try:
+            return super().getresponse(*args, **kwargs)
+        finally:
+            watch.disarm()
+
+
+class _WatchedHTTPConnection(_WatchedAnswers, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_WatchedAnswers, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+_WATCHED_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+
+
+class _WatchedAdapter(requests.adapters.HTTPAdapter):
+    """requests' HTTP adapter, its connections (direct, or through an HTTP proxy) watched (`_AnswerWatch`)."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _WATCHED_POOLS
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if type(manager) is urllib3.ProxyManager:  # a SOCKS proxy's manager keeps its own pools
+            manager.pool_classes_by_scheme = _WATCHED_POOLS
+        return manager
+
+
 def make_session(user_agent: str, *, local_files: bool = False) -> requests.Session:
     """A requests session sending `user_agent`; file:// support only with `local_files`.
 
@@ -215,6 +297,8 @@ def make_session(user_agent: str, *, local_files: bool = False) -> requests.Sess
     s.headers["User-Agent"] = user_agent
     # Ranges and hashes are over the stored bytes: never let a transfer encoding change them.
     s.headers["Accept-Encoding"] = "identity"
+    for scheme in REDIRECT_SCHEMES:
+        s.mount(f"{scheme}://", _WatchedAdapter())
     if local_files:
         s.mount("file://", FileAdapter())
     return s
@@ -228,16 +312,30 @@ def _said(text: str | None, limit: int = 80) -> str:
     return text if len(text) <= limit and text.isprintable() else excerpt(text, limit)
 
 
-def _get(session: requests.Session, url: str, *, timeout: float, headers: dict | None = None) -> requests.Response:
+def _get(session: requests.Session, url: str, *, timeout: float | tuple[float, float], headers: dict | None = None
+         ) -> requests.Response:
     """GET `url` streamed, following at most MAX_REDIRECTS redirects, each to an http(s) URL.
+
+    `timeout` is requests' (connect, read), or one value for both. The read timeout also bounds the whole status
+    line and headers of each answer (`_AnswerWatch`), which requests bounds only per read: a server trickling
+    them is a requests.Timeout.
 
     requests would follow a Location to any scheme the session has an adapter for, and read each
     redirect's body whole; here a redirect elsewhere than http:// or https:// is a PrepError
     naming `url` and the scheme, and a redirect's body is never read. The caller closes the answer.
     """
     current = url
+    answer_within = timeout[1] if isinstance(timeout, tuple) else timeout
     for _ in range(MAX_REDIRECTS + 1):
-        resp = session.get(current, headers=headers, stream=True, timeout=timeout, allow_redirects=False)
+        _watching.watch = watch = _AnswerWatch(answer_within)
+        try:
+            resp = session.get(current, headers=headers, stream=True, timeout=timeout, allow_redirects=False)
+        except requests.RequestException:
+            if watch.fired:
+                raise requests.Timeout(f"no status line and headers within {answer_within:.3g} s from {current}") from None
+            raise
+        finally:
+            _watching.watch = None
         if not resp.is_redirect:
             return resp
         location = resp.headers["Location"]
@@ -505,6 +603,8 @@ def _committed(final: Path, expected: Expected, url: str, chunk: int) -> dict | 
     written) only if it verifies; otherwise it is removed.
     """
     receipt = read_receipt(final)
+    if receipt is not None and not all(isinstance(receipt.get(algo, ""), str) for algo in expected.hashes):
+        receipt = None  # not the shape _write_receipt gives: checked as a file without a receipt, and replaced
     if receipt is not None:
         clash = [algo for algo, want in expected.hashes.items() if receipt.get(algo) and receipt[algo] != want]
         if expected.size is not None and receipt.get("size") != expected.size:
@@ -566,6 +666,12 @@ def _discard(*paths: Path) -> None:
             p.unlink()
 
 
+def _check_magic_length(magic: Magic | None, have: int, url: str, name: str) -> None:
+    """A whole body shorter than its format's magic (an empty one, say) never had its magic checked: wrong content."""
+    if magic is not None and have < len(magic.prefix):
+        raise _Mismatch(f"{url} sent {have} bytes of {name}: too short to be a {magic.format} file")
+
+
 def _transfer(session, url: str, name: str, expected: Expected, partfile: Path, sidecar: Path, *,
               retries, timeout, connect_timeout, min_rate, rate_window, stall_budget, backoff, chunk, bar
               ) -> tuple[dict[str, str], tuple[int, int]]:
@@ -597,6 +703,7 @@ def _transfer(session, url: str, name: str, expected: Expected, partfile: Path, 
         furthest, failures, last = have, 0, ""
         while True:
             if size is not None and have == size:
+                _check_magic_length(magic, have, url, name)
                 return _digests(hashers), ident
             if budget.left() <= 0:
                 raise PrepError(f"giving up on {name} from {url}: no progress for {stall_budget:g} s: {last}")
@@ -679,6 +786,7 @@ def _transfer(session, url: str, name: str, expected: Expected, partfile: Path, 
                             window_start, window_bytes = time.monotonic(), 0
                 if size is not None and have != size:
                     raise _Transient(f"connection closed at byte {have} of {size}")
+                _check_magic_length(magic, have, url, name)
                 return _digests(hashers), ident
             except _Transient as e:
                 last, slow = str(e), isinstance(e, _Slow)
@@ -781,7 +889,9 @@ def fetch_file(
     `stall_budget` s the download is given up (module constants: CONNECT_TIMEOUT, READ_TIMEOUT,
     MIN_RATE, RATE_WINDOW, STALL_BUDGET). A file of unknown size is refused past `expected.max_size`.
     Nothing is opened through a symbolic link: a link at `dest`, `<dest>.part`, `<dest>.part.json` or
-    `<dest>.part.lock` is a PrepError naming it, and nothing is written.
+    `<dest>.part.lock` is a PrepError naming it, and nothing is written. A write that fails (a full
+    disk, a read-only folder) is a PrepError naming `dest` and why; the bytes already fetched stay in
+    `<dest>.part` for the next call to resume.
     Any other status is a `ServerRefused` at once; redirects are followed as `_get` allows.
     `progress(bytes_done, bytes_total)` is called as bytes arrive; `progress_bar` (default: when
     stderr is a terminal) shows a tqdm bar. `session` (see `make_session`) is the caller's to close.
@@ -790,14 +900,37 @@ def fetch_file(
     name = dest.name
     if not expected.hashes:
         raise PrepError(f"no hash for {name}: cannot verify the download")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_parent_folder(dest)
+    partfile = dest.with_name(name + PART_SUFFIX)
+    for path in (dest, partfile, dest.with_name(name + SIDECAR_SUFFIX), dest.with_name(name + LOCK_SUFFIX)):
+        if path.is_symlink():
+            raise _refuse_link(path)
+    try:
+        return _fetch_locked(session, url, dest, expected, retries=retries, timeout=timeout, backoff=backoff,
+                             verify_attempts=verify_attempts, connect_timeout=connect_timeout, min_rate=min_rate,
+                             rate_window=rate_window, stall_budget=stall_budget, chunk=chunk, progress=progress,
+                             progress_bar=progress_bar)
+    except OSError as e:
+        if isinstance(e, requests.RequestException):  # requests' errors are OSErrors too: not a write
+            raise
+        # A full disk, a read-only or vanished folder: one line naming the file. What arrived stays in the .part,
+        # which the next run resumes once the disk has room.
+        error = write_error(dest, e)
+        with contextlib.suppress(OSError):
+            if partfile.stat().st_size:
+                error = PrepError(f"{error}; the {partfile.stat().st_size} bytes fetched so far stay in "
+                                  f"{partfile.name}, resumed by the next run")
+        raise error from None
+
+
+def _fetch_locked(session: requests.Session, url: str, dest: Path, expected: Expected, *, retries, timeout, backoff,
+                  verify_attempts, connect_timeout, min_rate, rate_window, stall_budget, chunk, progress,
+                  progress_bar) -> dict:
+    """fetch_file's work, under the fetch lock; OSErrors of the file system as they are."""
+    name = dest.name
     partfile = dest.with_name(name + PART_SUFFIX)
     sidecar = dest.with_name(name + SIDECAR_SUFFIX)
     lock = dest.with_name(name + LOCK_SUFFIX)
-    for path in (dest, partfile, sidecar, lock):
-        if path.is_symlink():
-            raise _refuse_link(path)
-
     stage = Stage(log, f"download {name}")
     with _fetch_lock(lock):
         done = _committed(dest, expected, url, chunk)

@@ -16,7 +16,7 @@ import functools
 import json
 import re
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from .atomic import TMP_MARK as _TMP_MARK, sha256_file, write_json
 from .errors import PrepError
@@ -185,8 +185,41 @@ def check_manifest(folder: str | Path, file_map: Callable[[Callable, Iterable], 
     return manifest
 
 
+def check_report_folder(out: Path, dataset: Path, markers: Sequence[str] = ()) -> None:
+    """Refuse, before anything is read or written, a `stats --out` folder that is the dataset, holds one or lies
+    inside one: a report replaces its own files there (stats.json, report.html...), which could be a dataset's
+    manifested files, or adds files a dataset's `verify` refuses. A folder holds a dataset when it has a
+    MANIFEST.json or one of `markers` (what the library's unfinished datasets already hold: dataset.json...)."""
+    out, dataset = Path(out), Path(dataset)
+    if out.resolve() == dataset.resolve():
+        raise PrepError(f"--out {out}: choose a report folder other than the dataset itself")
+    resolved = out.resolve()
+    for folder in (resolved, *resolved.parents):
+        held = next((m for m in (MANIFEST, *markers) if (folder / m).exists()), None)
+        if held is not None:
+            where = "holds a dataset" if folder == resolved else f"is inside the dataset {folder}"
+            raise PrepError(f"--out {out}: {where} ({folder / held} is there); a report there would replace or "
+                            f"add files of that dataset: give a folder outside any dataset")
+
+
+def unfinished(folder: Path, started_by: Sequence[str]) -> str | None:
+    """Why `folder` holds an unfinished dataset (one of `started_by`, which a run writes first, is there and
+    MANIFEST.json, which it writes last, is not), or None."""
+    folder = Path(folder)
+    if not folder.is_dir() or (folder / MANIFEST).exists():
+        return None
+    started = next((m for m in started_by if (folder / m).is_file()), None)
+    return None if started is None else f"{started} is there, {MANIFEST} not yet: the run making it has not finished"
+
+
+def unfinished_note(folder: Path, started_by: Sequence[str]) -> str | None:
+    """The warning a `stats` command gives after reporting on an unfinished dataset (`unfinished`), or None."""
+    why = unfinished(folder, started_by)
+    return None if why is None else f"{folder}: an unfinished dataset ({why}); the report is of the files written so far"
+
+
 def manifest_status(folder: Path, records: dict[str, int], name: str | None = None,
-                    known_files: dict[str, dict] | None = None) -> dict:
+                    known_files: dict[str, dict] | None = None, started_by: Sequence[str] = ()) -> dict:
     """What a report says of a folder's MANIFEST.json: checked as `verify` checks it (every listed file's size and
     sha256, nothing unlisted but the temporaries of writers at work), its record counts against `records` (file ->
     records read), the problem, if any, in one line with the folder written as `name`.
@@ -196,7 +229,9 @@ def manifest_status(folder: Path, records: dict[str, int], name: str | None = No
     finalize task of a large dataset must not read it whole; `verify` does).
     """
     if not (folder.is_dir() and (folder / MANIFEST).is_file()):
-        return {"present": False, "verified": False, "ok": None, "problem": None}
+        status = {"present": False, "verified": False, "ok": None, "problem": None}
+        why = unfinished(folder, started_by)
+        return status if why is None else {**status, "unfinished": why}
     hashed = not known_files
     try:
         manifest = check_manifest(folder, temporaries=False, known_files=known_files)
@@ -212,6 +247,8 @@ def manifest_status(folder: Path, records: dict[str, int], name: str | None = No
 
 def status_words(status: dict) -> str:
     """`manifest_status` in words, for a report: what was checked, and no more."""
+    if status.get("unfinished"):
+        return f"none yet: an UNFINISHED dataset ({status['unfinished']}); the figures are of the files written so far"
     if not status.get("present"):
         return "none in the folder: records read, checksums not checked"
     if not status.get("ok"):

@@ -214,6 +214,14 @@ def compiled_framing():
     return None if python_requested(SHARDKIT_PURE_PYTHON) else _compiled
 
 
+def _bad_length_checksum(path: Path, offset: int) -> str:
+    """The error of a record header whose length CRC does not match: at byte 0, the file is not a TFRecord file
+    at all (a text file, an HDF5 file given by mistake), which is what the user needs to hear."""
+    if offset == 0:
+        return f"{path}: not a TFRecord file (its first bytes are not a record header: bad length checksum at byte 0)"
+    return f"{path}: bad length checksum at byte {offset}"
+
+
 def _read_records(path: Path, check_crc: bool) -> Iterator[bytes]:
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -226,7 +234,7 @@ def _read_records(path: Path, check_crc: bool) -> Iterator[bytes]:
                 raise PrepError(f"{path}: truncated record header at byte {offset}")
             (length,) = struct.unpack("<Q", head[:8])
             if check_crc and struct.unpack("<I", head[8:])[0] != _masked_crc(head[:8]):
-                raise PrepError(f"{path}: bad length checksum at byte {offset}")
+                raise PrepError(_bad_length_checksum(path, offset))
             # At most what the file holds: read() makes its buffer first, and a damaged length (unchecked, or
             # one whose CRC matches by chance) could ask for exabytes: a MemoryError, not this truncated record.
             data = f.read(min(length, max(0, size - f.tell())))
@@ -259,7 +267,7 @@ def _read_records_compiled(path: Path, check_crc: bool, split_frames) -> Iterato
             yield from payloads
             offset += end
             if problem == 1:
-                raise PrepError(f"{path}: bad length checksum at byte {offset}")
+                raise PrepError(_bad_length_checksum(path, offset))
             if problem == 2:
                 raise PrepError(f"{path}: bad data checksum in the record at byte {offset}")
             pending = buffer[end:]

@@ -101,25 +101,9 @@ def reference_instances(input_files, vocab_file, *, do_lower_case=True, do_whole
     """Feature dicts of the original's instances, in its output order."""
     tok = ReferenceTokenizer(vocab_file, do_lower_case)
     rng = random.Random(random_seed)
-    docs = [[]]
-    for path in input_files:
-        with open(path, "rb") as f:
-            for raw in f:
-                line = raw.replace(b"\r", b"").decode("utf-8", "ignore").strip()
-                if not line:
-                    docs.append([])
-                    continue
-                tokens = tok.tokenize(line)
-                if tokens:
-                    docs[-1].append(tokens)
-    docs = [d for d in docs if d]
-    rng.shuffle(docs)
-    vocab_words = list(tok.vocab.keys())
-    instances = []
-    for _ in range(dupe_factor):
-        for di in range(len(docs)):
-            instances.extend(_reference_document(docs, di, max_seq_length, short_seq_prob, masked_lm_prob,
-                                                 max_predictions_per_seq, vocab_words, rng, do_whole_word_mask))
+    docs = [doc for doc, _ in _reference_documents(input_files, tok)]
+    instances = _reference_creation(docs, tok, rng, do_whole_word_mask, max_seq_length, max_predictions_per_seq,
+                                    dupe_factor, masked_lm_prob, short_seq_prob)
     rng.shuffle(instances)
     out = []
     for tokens, segment_ids, is_random, positions, labels in instances:
@@ -135,6 +119,62 @@ def reference_instances(input_files, vocab_file, *, do_lower_case=True, do_whole
             "next_sentence_labels": [1 if is_random else 0],
         })
     return out
+
+
+def reference_instances_per_source(input_file, vocab_file, source_starts, *, do_lower_case=True,
+                                   do_whole_word_mask=False, max_seq_length=128, max_predictions_per_seq=20,
+                                   random_seed=12345, dupe_factor=10, masked_lm_prob=0.15, short_seq_prob=0.1):
+    """How many of the original's instances each source makes, the sources being the byte ranges of
+    `input_file` that start at `source_starts`: an instance is its document's source's."""
+    tok = ReferenceTokenizer(vocab_file, do_lower_case)
+    rng = random.Random(random_seed)
+    read = _reference_documents([input_file], tok)
+    source_of = {id(doc): sum(1 for start in source_starts if start <= at) - 1 for doc, at in read}
+    counts = [0] * len(source_starts)
+
+    def made(doc, instances):
+        counts[source_of[id(doc)]] += len(instances)
+
+    _reference_creation([doc for doc, _ in read], tok, rng, do_whole_word_mask, max_seq_length,
+                        max_predictions_per_seq, dupe_factor, masked_lm_prob, short_seq_prob, made)
+    return counts
+
+
+def _reference_documents(input_files, tok):
+    """The original's documents (lists of tokenized sentences, empty ones dropped), each with the byte offset,
+    in the files read one after another, of the line its first sentence is on."""
+    docs, at = [[[], None]], 0
+    for path in input_files:
+        with open(path, "rb") as f:
+            for raw in f:
+                line = raw.replace(b"\r", b"").decode("utf-8", "ignore").strip()
+                start, at = at, at + len(raw)
+                if not line:
+                    docs.append([[], None])
+                    continue
+                tokens = tok.tokenize(line)
+                if tokens:
+                    if not docs[-1][0]:
+                        docs[-1][1] = start
+                    docs[-1][0].append(tokens)
+    return [(doc, start) for doc, start in docs if doc]
+
+
+def _reference_creation(docs, tok, rng, whole_word, max_seq_length, max_pred, dupe_factor, masked_lm_prob,
+                        short_seq_prob, made=None):
+    """The original's create_training_instances from its shuffle of the documents to before its shuffle of the
+    instances; `made(document, its instances)` is called after each document of each pass."""
+    rng.shuffle(docs)
+    vocab_words = list(tok.vocab.keys())
+    instances = []
+    for _ in range(dupe_factor):
+        for di in range(len(docs)):
+            mine = _reference_document(docs, di, max_seq_length, short_seq_prob, masked_lm_prob, max_pred,
+                                       vocab_words, rng, whole_word)
+            if made is not None:
+                made(docs[di], mine)
+            instances.extend(mine)
+    return instances
 
 
 def _reference_document(docs, di, max_seq_length, short_seq_prob, masked_lm_prob, max_pred, vocab_words, rng,

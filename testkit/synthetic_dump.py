@@ -16,8 +16,8 @@ import random
 from pathlib import Path
 
 from shardkit.atomic import write_bytes
-from wikiprep.wikipedia.samples import (ARTICLES, FIRST_NAMES, SEED, TOPICS, Writer, article_text, dump_day, page_xml, plural,
-                              siteinfo_xml, stamp_revision, write_dump_status)
+from wikiprep.wikipedia.samples import (ARTICLES, CONTRIBUTORS, FIRST_NAMES, SEED, TOPICS, Writer, article_text, dump_day,
+                              page_xml, part_names, plural, siteinfo_xml, stamp_revision, write_dump_status)
 
 
 def _synthetic_title(w: Writer, kind: str) -> str:
@@ -128,4 +128,29 @@ def write_synthetic_dump(site_root: Path, wiki: str = "enwiki", date: str = "202
             names.append(index_name)
     job = "articlesmultistreamdump" if multistream else "articlesdump"
     write_dump_status(folder, wiki, date, job, f"{day:%Y-%m-%d} 07:41:12", names)
+    return folder
+
+
+def prose_page(n: int, title: str, text: str, comment: str = "copyedit") -> dict:
+    """Page `n` of a dump made of given prose (`write_pages_dump`): an article with wikitext `text`, its id
+    and revision fixed by `n` (ids rising as in a dump)."""
+    page_id = 1000 + 10 * n
+    return {"title": title[:200], "ns": 0, "text": text, "redirect": None, "model": "wikitext",
+            "format": "text/x-wiki", "id": page_id, "revid": 1_100_000_000 + page_id,
+            "timestamp": "2025-12-20T12:00:00Z", "contributor": CONTRIBUTORS[n % len(CONTRIBUTORS)],
+            "comment": comment}
+
+
+def write_pages_dump(site_root: Path, pages: list[dict], wiki: str = "enwiki", date: str = "20260101") -> Path:
+    """Write `pages` (in id order, as `prose_page` makes them) as a dated dump in two bz2 parts, with the
+    checksum files and dumpstatus.json of a real dump's folder; return the folder. Its header's xml:lang is
+    the wiki's language (`zhwiki`: "zh"), as on dumps.wikimedia.org."""
+    folder = Path(site_root) / wiki / date
+    split = len(pages) // 2
+    names = part_names(wiki, date, pages, split)
+    for name, chunk in zip(names, [pages[:split], pages[split:]]):
+        xml = siteinfo_xml(wiki) + "".join(page_xml(p) for p in chunk) + "</mediawiki>\n"
+        write_bytes(folder / name, bz2.compress(xml.encode("utf-8"), 9), overwrite=True)
+    write_dump_status(folder, wiki, date, "articlesdump", f"{dump_day(date) + dt.timedelta(days=1):%Y-%m-%d} 07:41:12",
+                      names)
     return folder

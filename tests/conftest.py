@@ -8,6 +8,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
+# The clone's top-level packages that are not installed (workflows, trainers, testkit: the package installs the
+# tasks as wikiprep.workflows) are importable in every process a test starts, whatever its working folder, as
+# they are for a user running from the project root (the Slurm scripts set PYTHONPATH the same way).
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
 # The tiers of the suite (markers registered in pyproject.toml). `make test` runs all three; `make test-unit`
 # (`pytest -m unit`), `make test-e2e` and `make test-daemons` run one each.
 #   unit     the libraries, in process or with short-lived helper processes (a child python, a forked writer,
@@ -36,14 +41,18 @@ TIERS = {
     "test_frames": "unit",
     "test_hdf5": "unit",
     "test_imagenet_cli": "e2e",
+    "test_install": "unit",
     "test_imagenet_convert": "unit",
     "test_inspect": "e2e",
     "test_instances": "unit",
     "test_interrupts": "unit",
+    "test_languages": ("unit", {"test_a_chinese_dump_through_luigi": "e2e"}),
     "test_layout": "unit",
     "test_luigid": "daemons",
+    "test_mix": ("e2e", {"test_a_bad_recipe_is_one_line_naming_the_file_and_the_source": "unit"}),
     "test_plain_decode": "unit",
     "test_plan": "daemons",
+    "test_parquet": "e2e",
     "test_pool": "unit",
     "test_pretrain_layouts": "e2e",
     "test_progress": ("daemons", {
@@ -74,6 +83,13 @@ TIERS = {
     "test_slurm_plan": "unit",
     "test_speedups": "unit",
     "test_suite": "unit",
+    "test_text": ("unit", {"test_a_books_folder_builds_a_dataset_with_its_quirks_counted_and_named": "e2e",
+                           "test_two_workers_and_other_cuts_give_the_same_bytes": "e2e",
+                           "test_files_cut_in_byte_ranges_give_the_same_bytes": "e2e",
+                           "test_a_second_run_is_complete_and_a_changed_corpus_is_refused_before_any_work": "e2e",
+                           "test_the_sentences_format_gives_create_pretraining_datas_records": "e2e",
+                           "test_a_jsonl_gz_corpus_of_german_and_french_builds": "e2e",
+                           "test_the_dry_run_writes_nothing": "e2e"}),
     "test_train": ("unit", {"test_train_task_commits_once": "e2e"}),
     "test_vocab": "unit",
     "test_workflows": "e2e",

@@ -26,6 +26,8 @@ Faults, per URL path, each applying to the next `times` requests (None = every r
 - "norange": ignore Range and If-Range, answer 200 with the whole file (combine with "drop").
 - "trickle", interval=I, seconds=S: send the headers, then one byte of the body every I seconds, for S
   seconds at most, then close the connection.
+- "slowheaders", interval=I, seconds=S: send the status line and headers one byte every I seconds, for S seconds
+  at most, then close the connection (requests' per-read timeouts never fire on it).
 - "silent", seconds=S: read the request and answer nothing for S seconds (or until the server stops), then
   close the connection (a server that accepts and never answers).
 - "barrier", barrier=threading.Barrier(N), seconds=S: hold the answer until N requests wait at
@@ -132,6 +134,19 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if "endless" in kinds:
             self._endless(seen, kinds["endless"].params.get("byte", b"\0"), kinds["endless"].params.get("prefix", b""))
+            return
+        if "slowheaders" in kinds:
+            f = kinds["slowheaders"]
+            seen.status = 200
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 1\r\n\r\n"
+            until = time.monotonic() + f.params.get("seconds", 30)
+            self.close_connection = True
+            for i in range(len(head)):
+                if time.monotonic() >= until or self.server.owner._closing.is_set():
+                    break
+                self.wfile.write(head[i : i + 1])
+                self.wfile.flush()
+                time.sleep(f.params.get("interval", 1.0))
             return
         if "silent" in kinds:
             until = time.monotonic() + kinds["silent"].params.get("seconds", 30)

@@ -11,3 +11,5 @@ REFERENCE_VOCAB = GOOGLE_REFERENCE / "bert-base-uncased-vocab.txt"
 REFERENCE_INPUTS = GOOGLE_REFERENCE / "inputs"
 # The ILSVRC-2012 synset lists, names and validation labels, to cross-check imagenet_prep/data.
 IMAGENET = FIXTURES / "imagenet"
+# Real Chinese and Japanese prose: excerpts of Debian's translated manuals (benchmarks/cjktext.py --fixture).
+CJK = FIXTURES / "cjk"

@@ -18,6 +18,7 @@ the text the error line must contain, and a setup function when the input must b
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import json
@@ -64,6 +65,7 @@ class Bad:
     timeout: float = 300
     luigi_local: bool = field(default=True)  # luigi rows run with --local-scheduler --workers 1
     file_size_limit: int | None = None  # RLIMIT_FSIZE: a write beyond it fails as on a full disk (EFBIG)
+    data_tmpfs: str | None = None  # mount options of a tmpfs mounted at {root}/data: "size=64k" (a disk that fills), "ro"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,6 +279,14 @@ def _empty_files(*rels: str) -> Callable[[Path], None]:
     return setup
 
 
+def _huge_vocab(root: Path) -> None:
+    """A vocabulary file of 64 MiB, sparse (a hole after its tokens); tests/test_cli.py reads one of gigabytes under
+    a memory limit."""
+    with open(root / "huge_vocab.txt", "wb") as f:
+        f.write("\n".join(VOCAB_WORDS).encode() + b"\n")
+        f.truncate(64 << 20)
+
+
 def _then(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
     def setup(root: Path) -> None:
         for step in setups:
@@ -403,6 +413,9 @@ def _flags(rel: str, text: str) -> Callable[[Path], None]:
 # The table
 
 CREATE = ("wikiprep", "create-pretraining-data", "--input_file={root}/corpus.txt", "--vocab_file={root}/vocab.txt")
+# A Hugging Face tokenizer.json of VOCAB_WORDS whose normalizer keeps case.
+CASED_TOKENIZER_JSON = json.dumps({"model": {"type": "WordPiece", "vocab": {w: i for i, w in enumerate(VOCAB_WORDS)}},
+                                   "normalizer": {"type": "BertNormalizer", "lowercase": False}})
 # Without --wiki and --dump-date, for the rows that vary them.
 DUMP_PRETRAIN = ("luigi", "Pretrain128", "--data-dir", "{root}/data", "--dump-url", "{site}", "--vocab-file",
                  "{root}/vocab.txt")
@@ -436,13 +449,56 @@ def convert(output_dir: str = "{root}/imagenet_ds", **changes: str | bool | None
                                           for a in ((flag,) if value is True else (flag, value))])
 
 
+TEXT_RUN = ("luigi", "PretrainText128", "--data-dir", "{root}/data", "--vocab-file", "{root}/vocab.txt",
+            "--num-shards", "1", "--min-doc-chars", "0")
+
+
+def _built_text_corpus(root: Path) -> None:
+    """A books folder made into a dataset in {root}/data, then one of its files changed."""
+    _write("books/a.txt", TEXT)(root)
+    r = _run([_expand(a, root) for a in TEXT_RUN] + ["--text-dir", str(root / "books"), "--text-format", "books", "--local-scheduler",
+                               "--workers", "1"], root)
+    assert r.returncode == 0, r.stderr
+    with open(root / "books" / "a.txt", "a", encoding="utf-8") as f:
+        f.write("One more line.\n")
+
+
 CASES: list[Bad] = [
+    # --- text corpora and mixtures (#28)
+    Bad("text-dir-missing", TEXT_RUN + ("--text-dir", "{root}/nothing", "--text-format", "books"),
+        "{root}/nothing: no such folder"),
+    Bad("text-format-unknown", TEXT_RUN + ("--text-dir", "{root}/dumps-site", "--text-format", "pdf"),
+        "--text-format 'pdf': expected books or sentences or lines or jsonl"),
+    Bad("text-strict-utf8", TEXT_RUN + ("--text-dir", "{root}/books", "--text-format", "books", "--text-strict-utf8"),
+        "{root}/books/latin1.txt: not UTF-8 (byte 0xe9 at offset 3) (--text-strict-utf8)",
+        setup=_then(_write("books/a.txt", TEXT), _write("books/latin1.txt", "Café".encode("latin-1")))),
+    Bad("text-jsonl-without-its-field", TEXT_RUN + ("--text-dir", "{root}/web", "--text-format", "jsonl"),
+        "{root}/web/a.jsonl: offset 0: no text field 'text' (a string)",
+        setup=_write("web/a.jsonl", '{"body": "The old city."}\n'), may_add=("data/*",)),
+    Bad("text-corpus-changed", TEXT_RUN + ("--text-dir", "{root}/books", "--text-format", "books"),
+        "{root}/books: changed since {root}/data/books/text_files.json was made (a.txt ", setup=_built_text_corpus),
+    Bad("mix-recipe-without-format", ("luigi", "PretrainMix128", "--data-dir", "{root}/data", "--recipe",
+                                      "{root}/r.toml"),
+        "--recipe {root}/r.toml: source 1: format must be given for kind 'text'",
+        setup=_write("r.toml", 'name = "m"\n[[source]]\nkind = "text"\npath = "books"\n')),
+
     # --- wikiprep create-pretraining-data
     Bad("create-input-glob-matches-nothing",
         ("wikiprep", "create-pretraining-data", "--input_file={root}/nothing*.txt", "--output_file={root}/out.tfrecord",
          "--vocab_file={root}/vocab.txt"), "matches no file"),
     Bad("create-vocab-missing", CREATE[:3] + ("--vocab_file={root}/missing.txt", "--output_file={root}/out.tfrecord"),
         "missing.txt"),
+    # a Hugging Face tokenizer.json is taken for its WordPiece vocabulary; another model type, or a normalizer cased
+    # otherwise than --do_lower_case, is refused
+    Bad("create-tokenizer-json-bpe", CREATE[:3] + ("--vocab_file={root}/tok.json", "--output_file={root}/o.tfrecord"),
+        "tok.json: a tokenizer.json of model type 'BPE': only a WordPiece vocabulary (BERT's) can be used",
+        setup=_write("tok.json", '{"model": {"type": "BPE", "vocab": {}, "merges": []}}')),
+    Bad("create-tokenizer-json-cased", CREATE[:3] + ("--vocab_file={root}/tok.json", "--output_file={root}/o.tfrecord"),
+        "tok.json: its normalizer keeps case (a cased vocabulary), but --do_lower_case is true: give "
+        "--do_lower_case false", setup=_write("tok.json", CASED_TOKENIZER_JSON)),
+    Bad("pretrain-tokenizer-json-cased", PRETRAIN + ("--vocab-file", "{root}/tok.json"),
+        "tok.json: its normalizer keeps case (a cased vocabulary), but --do-lower-case is true: give "
+        "--do-lower-case false", setup=_write("tok.json", CASED_TOKENIZER_JSON)),
     # generation flags beyond GenerationOptions' bounds (within them, the original's instances)
     Bad("create-seq-too-short", CREATE + ("--output_file={root}/out.tfrecord", "--max_seq_length=4"),
         "max_seq_length=4: must be at least 5"),
@@ -528,6 +584,10 @@ CASES: list[Bad] = [
     # HDF5 outputs: a name that cannot be written, an index, a mix of formats
     Bad("create-hdf5-with-an-index", CREATE + ("--output_file={root}/out.hdf5", "--index_file={root}/out.index"),
         "index file {root}/out.index: an index lists the records of a TFRecord file; {root}/out.hdf5 is HDF5"),
+    Bad("create-masking-without-parquet", CREATE + ("--output_file={root}/out.tfrecord", "--masking=dynamic"),
+        "--masking dynamic: only Parquet, LDDL's layout takes it"),
+    Bad("create-parquet-with-an-index", CREATE + ("--output_file={root}/out.parquet", "--index_file={root}/out.index"),
+        "index file {root}/out.index: an index lists the records of a TFRecord file; {root}/out.parquet is Parquet"),
     Bad("create-hdf5-and-tfrecord-outputs", CREATE + ("--output_file={root}/a.hdf5,{root}/b.tfrecord",),
         "one run writes one format"),
     Bad("create-hdf5-under-a-file", CREATE + ("--output_file={root}/corpus.txt/a.hdf5",),
@@ -595,7 +655,7 @@ CASES: list[Bad] = [
         "{root}/wiki_ds/wiki_00009.tfrecord: no such record file"),
     Bad("inspect-a-folder", ("wikiprep", "inspect", "{root}/wiki_ds"),
         "{root}/wiki_ds: a folder; give one of its record files"),
-    Bad("inspect-not-records", ("wikiprep", "inspect", "{root}/corpus.txt"), "{root}/corpus.txt: bad length checksum"),
+    Bad("inspect-not-records", ("wikiprep", "inspect", "{root}/corpus.txt"), "{root}/corpus.txt: not a TFRecord file"),
     Bad("inspect-an-imagenet-shard", ("wikiprep", "inspect", "{root}/imagenet_ds/train-00000-of-00002"),
         "{root}/imagenet_ds/train-00000-of-00002: first record is not a BERT pre-training example"),
     Bad("inspect-vocab-file-missing", ("wikiprep", "inspect", "{root}/wiki_ds/wiki_00000.tfrecord", "--vocab-file",
@@ -628,9 +688,26 @@ CASES: list[Bad] = [
     Bad("luigi-num-shards-not-a-number", PRETRAIN + ("--num-shards", "abc"), "--num-shards 'abc': expected a whole"),
     Bad("luigi-masked-lm-prob-not-a-number", PRETRAIN + ("--masked-lm-prob", "x"), "--masked-lm-prob 'x'"),
     Bad("luigi-do-lower-case-not-a-bool", PRETRAIN + ("--do-lower-case", "maybe"), "--do-lower-case 'maybe'"),
+    Bad("luigi-language-not-a-code", PRETRAIN + ("--language", "zh/../x"),
+        "--language 'zh/../x': expected a language code such as en, zh, ja or zh-yue"),
     Bad("luigi-dupe-factor-zero", PRETRAIN + ("--dupe-factor", "0"), "dupe_factor"),
+    # LDDL's Parquet: its parameters, refused where they enter, before any work
+    Bad("luigi-bin-size-without-parquet", PRETRAIN + ("--bin-size", "32"),
+        "--bin-size 32: only Parquet, LDDL's layout takes it (--output-format parquet), not TFRecord"),
+    Bad("luigi-parquet-bin-size-not-a-divisor", PRETRAIN + ("--output-format", "parquet", "--bin-size", "48"),
+        "--bin-size 48: must divide --max-seq-length 128"),
+    Bad("luigi-parquet-one-shard", PRETRAIN + ("--output-format", "parquet", "--num-shards", "1"),
+        "--num-shards 1: a Parquet dataset needs at least 2 files per bin"),
+    Bad("luigi-masking-unknown", PRETRAIN + ("--output-format", "parquet", "--masking", "sometimes"),
+        "--masking 'sometimes'"),
     Bad("luigi-vocab-file-missing", PRETRAIN + ("--vocab-file", "{root}/missing.txt"), "{root}/missing.txt"),
     Bad("luigi-vocab-file-not-a-vocab", PRETRAIN + ("--vocab-file", "{root}/corpus.txt"), "{root}/corpus.txt"),
+    Bad("luigi-vocab-file-of-gigabytes", PRETRAIN + ("--vocab-file", "{root}/huge_vocab.txt"),
+        "{root}/huge_vocab.txt: larger than a vocabulary may be (16 MiB, 1,048,576 tokens)", setup=_huge_vocab),
+    Bad("create-vocab-file-of-gigabytes", CREATE[:3] + ("--vocab_file={root}/huge_vocab.txt", "--output_file={root}/o.tfrecord"),
+        "{root}/huge_vocab.txt: larger than a vocabulary may be", setup=_huge_vocab),
+    Bad("create-vocab-file-of-a-million-empty-lines", CREATE[:3] + ("--vocab_file={root}/lines.txt", "--output_file={root}/o.tfrecord"),
+        "{root}/lines.txt: larger than a vocabulary may be", setup=_write("lines.txt", "[CLS]\n[SEP]\n[MASK]\n" + "\n" * (1 << 20))),
     Bad("luigi-vocab-size-tiny", PRETRAIN + ("--vocab-size", "3"), "--vocab-size 3"),
     Bad("luigi-output-format-unknown", PRETRAIN + ("--output-format", "h5"),
         "--output-format 'h5': expected tfrecord or hdf5"),
@@ -695,6 +772,24 @@ CASES: list[Bad] = [
         "{site}/{wiki}/{date}/{wiki}-{date}-sha1sums.txt is larger than 8 MiB",
         setup=_replace_with_dev_zero(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/{DEMO_WIKI}-{DEMO_DATE}-sha1sums.txt")),
 
+    # --- luigi: an empty dump part, listed as 0 bytes or served empty (#27)
+    Bad("dump-part-listed-as-0-bytes", DOWNLOAD + ("--wiki", "{wiki}", "--dump-date", "{date}"),
+        f"lists {DEMO_WIKI}-{DEMO_DATE}-pages-articles1.xml-p1p4854.bz2 as 0 bytes: an empty dump part",
+        setup=_status(lambda d: _first_file(d).update(size=0)), may_add=("data/downloads/*",)),
+    Bad("dump-part-served-empty", ("luigi", "DownloadPart", "--part", f"{FIRST_PART}.bz2", *DOWNLOAD[2:], "--wiki",
+                                   "{wiki}", "--dump-date", "{date}"),
+        f"sent 0 bytes of {FIRST_PART}.bz2: too short to be a bz2 file (tried 3 times; the file was discarded)",
+        setup=_then(_empty_files(f"dumps-site/{DEMO_WIKI}/{DEMO_DATE}/{FIRST_PART}.bz2"), _status(
+            lambda d: _first_file(d).update(size=None, sha1=hashlib.sha1().hexdigest(), md5=hashlib.md5().hexdigest()))),
+        may_add=("data/downloads/*/*/dumpstatus.json", "data/downloads/*/*/*sums.txt", "data/downloads/*/*/.receipts/*")),
+    # --- luigi: a disk that fills during a download, a read-only data folder: one line naming the file (#27)
+    Bad("download-onto-a-full-disk", ("luigi", "DownloadPart", "--part", f"{FIRST_PART}.bz2", *DOWNLOAD[2:], "--wiki",
+                                      "{wiki}", "--dump-date", "{date}"),
+        f"{{root}}/data/downloads/{{wiki}}/{{date}}/{FIRST_PART}.bz2: cannot write: no space left on the device; the ",
+        data_tmpfs="size=64k", may_add=("data/downloads/*",)),
+    Bad("data-dir-read-only", PRETRAIN + ("--vocab-file", "{root}/vocab.txt"),
+        "{root}/data/downloads/{wiki}/{date}/dumpstatus.json: cannot write: read-only file system", data_tmpfs="ro"),
+
     # --- imagenet-prep
     Bad("imagenet-verify-manifest-is-a-list", ("imagenet-prep", "verify", "{root}/imagenet_ds"), "not a manifest",
         setup=_write("imagenet_ds/MANIFEST.json", "[]")),
@@ -728,6 +823,24 @@ CASES: list[Bad] = [
         'train-00000-of-00002: "records" is not a non-negative integer',
         setup=_edit_manifest("imagenet_ds", lambda d: {**d, "files": [
             {**f, "records": [f["records"]]} if f["path"] == "train-00000-of-00002" else f for f in d["files"]]})),
+
+    # --- stats --out: never into a dataset, nor inside one, finished or not; nothing read, nothing written (#27)
+    Bad("wikiprep-stats-out-into-another-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/wiki_ds2"),
+        "--out {root}/wiki_ds2: holds a dataset ({root}/wiki_ds2/MANIFEST.json is there)",
+        setup=lambda root: shutil.copytree(root / "wiki_ds", root / "wiki_ds2")),
+    Bad("wikiprep-stats-out-inside-a-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out", "{root}/imagenet_ds/r"),
+        "--out {root}/imagenet_ds/r: is inside the dataset {root}/imagenet_ds ({root}/imagenet_ds/MANIFEST.json"),
+    Bad("wikiprep-stats-out-into-an-unfinished-dataset", ("wikiprep", "stats", "{root}/wiki_ds", "--out",
+                                                          "{root}/started"),
+        "--out {root}/started: holds a dataset ({root}/started/dataset.json is there)",
+        setup=_write("started/dataset.json", "{}\n")),
+    Bad("imagenet-stats-out-into-a-wiki-dataset", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                   "{root}/wiki_ds"),
+        "--out {root}/wiki_ds: holds a dataset ({root}/wiki_ds/MANIFEST.json is there)"),
+    Bad("imagenet-stats-out-into-an-unfinished-dataset", ("imagenet-prep", "stats", "{root}/imagenet_ds", "--out",
+                                                          "{root}/started"),
+        "--out {root}/started: holds a dataset ({root}/started/.work/plan.json is there)",
+        setup=_write("started/.work/plan.json", "{}\n")),
 
     # --- imagenet-prep convert: counts refused by their flag before anything is listed or written
     Bad("imagenet-convert-train-shards-0", convert("{root}/new_ds", train_shards="0"),
@@ -790,10 +903,33 @@ CASES: list[Bad] = [
 ]
 
 
+@contextlib.contextmanager
+def _mounted_tmpfs(folder: Path, options: str | None):
+    """A tmpfs mounted at `folder` with `options` for the block (a small one fills: ENOSPC; `ro`: EROFS), as a real
+    full disk or read-only file system answers; the test is skipped, saying why, where mounting is not allowed."""
+    if options is None:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}): a full disk and a read-only "
+                    f"folder need root with CAP_SYS_ADMIN")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_and_changes_nothing(case: Bad, world: Path, tmp_path: Path):
     root = tmp_path / "w"
     shutil.copytree(world, root, symlinks=True)
+    with _mounted_tmpfs(root / "data", case.data_tmpfs):
+        _check_one_line_and_nothing_changed(case, root)
+
+
+def _check_one_line_and_nothing_changed(case: Bad, root: Path) -> None:
     if case.setup is not None:
         case.setup(root)
     before = _snapshot(root)

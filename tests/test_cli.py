@@ -133,7 +133,8 @@ def dataset(fixtures, tmp_path_factory) -> Path:
 def test_verify_accepts_a_good_dataset(dataset):
     res = wikiprep("verify", str(dataset))
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith(f"OK {dataset}: 60 records in 2 files")
+    records_bytes = sum(p.stat().st_size for p in dataset.glob("*.tfrecord"))
+    assert res.stdout.startswith(f"OK {dataset}: 60 records in 2 files, {records_bytes} bytes,")  # counted once
 
 
 def test_verify_reports_a_changed_byte(dataset, tmp_path):
@@ -247,6 +248,26 @@ def test_stats_writes_a_report(dataset, tmp_path):
     assert "random next" in (out / "report.txt").read_text()
 
 
+def test_stats_of_an_unfinished_dataset_says_so(dataset, tmp_path):
+    """A folder with its dataset.json but no MANIFEST.json yet (a run still writing it, or killed): the report is
+    made, of the files there, and says, in a warning line, report.txt and stats.json, that the dataset is unfinished.
+    A finished one's report says nothing of the kind."""
+    folder = tmp_path / "unfinished"
+    shutil.copytree(dataset, folder)
+    (folder / "MANIFEST.json").unlink()
+    (folder / "dataset.json").write_text("{}\n", encoding="utf-8")
+    res = wikiprep("stats", str(folder), "--out", str(tmp_path / "report"))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines()[-1] == (f"wikiprep: warning: {folder}: an unfinished dataset (dataset.json is "
+                                           f"there, MANIFEST.json not yet: the run making it has not finished); the "
+                                           f"report is of the files written so far")
+    assert "MANIFEST.json       none yet: an UNFINISHED dataset" in (tmp_path / "report" / "report.txt").read_text()
+    assert json.loads((tmp_path / "report" / "stats.json").read_text())["manifest"]["unfinished"]
+    done = wikiprep("stats", str(dataset), "--out", str(tmp_path / "done"))
+    assert done.returncode == 0 and "warning" not in done.stderr
+    assert "unfinished" not in json.loads((tmp_path / "done" / "stats.json").read_text())["manifest"]
+
+
 # ---------------------------------------------------------------------------------------------
 # --flagfile, HDF5 and remask outputs, and verify/inspect/stats reading every layout
 
@@ -340,3 +361,48 @@ def test_inspect_shows_hdf5_and_remask_records_with_tokens(layouts):
         shown[name] = [line for line in lines[1:] if not line.startswith("--- ")]
     assert "A: [CLS] " in "\n".join(shown["standard"])
     assert shown["remask"] == shown["standard"] == shown["hdf5"]
+
+
+def test_a_vocabulary_file_of_gigabytes_is_one_line_in_bounded_memory(tmp_path):
+    """A 4 GiB vocab file (sparse: no disk) under a 1 GB address-space limit: refused by its size, read no further
+    than the cap (tokenization.MAX_VOCAB_BYTES), instead of a MemoryError (or the OOM killer) reading it whole."""
+    import resource
+
+    vocab = tmp_path / "vocab.txt"
+    with open(vocab, "wb") as f:
+        f.write(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+        f.truncate(4 << 30)
+    (tmp_path / "corpus.txt").write_text("the the the.\n", encoding="utf-8")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    r = subprocess.run([sys.executable, "-c", "import sys; from wikiprep.cli import main; sys.exit(main())",
+                        "create-pretraining-data", f"--input_file={tmp_path / 'corpus.txt'}",
+                        f"--output_file={tmp_path / 'out.tfrecord'}", f"--vocab_file={vocab}"],
+                       cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "MemoryError" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.splitlines()[-1] == (f"wikiprep: error: {vocab}: larger than a vocabulary may be (16 MiB, "
+                                         f"1,048,576 tokens): not a WordPiece vocabulary")
+    assert not (tmp_path / "out.tfrecord").exists()
+
+
+def test_a_tokenizer_json_is_taken_for_its_wordpiece_vocabulary(tmp_path):
+    """A Hugging Face tokenizer.json (here made by `tokenizers` from BERT's vocab.txt) gives the same records as the
+    vocab.txt it holds, and is kept as that vocab.txt."""
+    from tokenizers import BertWordPieceTokenizer
+
+    from wikiprep.tokenization import Vocab
+
+    tokenizer_json = tmp_path / "tokenizer.json"
+    BertWordPieceTokenizer(str(VOCAB), lowercase=True).save(str(tokenizer_json))
+    assert Vocab(tokenizer_json).vocab_txt == VOCAB.read_bytes() and Vocab(tokenizer_json).lowercase is True
+    outputs = {}
+    for vocab in (VOCAB, tokenizer_json):
+        out = tmp_path / f"{vocab.stem}.tfrecord"
+        res = wikiprep("create-pretraining-data", f"--input_file={INPUTS}/sample_text.txt", f"--vocab_file={vocab}",
+                       f"--output_file={out}")
+        assert res.returncode == 0, res.stderr
+        outputs[vocab.name] = out.read_bytes()
+    assert outputs["tokenizer.json"] == outputs[VOCAB.name]

@@ -905,6 +905,26 @@ def test_a_server_that_never_answers_fails_within_the_budget(site):
     assert fetch.STALL_BUDGET <= 120 and max(fetch.CONNECT_TIMEOUT, fetch.READ_TIMEOUT) < fetch.STALL_BUDGET
 
 
+def test_a_server_trickling_its_headers_fails_within_the_budget(site):
+    """(b) for the answer's head: the status line and headers a byte every 50 ms trip no per-read timeout; the
+    watchdog ends each attempt after the read timeout, and the stall budget ends the download, the status read too."""
+    srv, files, dest = site
+    parts = _status_and_parts(srv, dest)
+    srv.add_fault(url_path("dumpstatus.json"), "slowheaders", times=None, interval=0.05, seconds=20)
+    srv.add_fault(url_path(BIG), "slowheaders", times=None, interval=0.05, seconds=20)
+    t0 = time.monotonic()
+    with pytest.raises(PrepError, match=r"^giving up on http://.*/dumpstatus\.json: no answer in 1.5 s: Timeout: "
+                                        r"no status line and headers within 0\.\d+ s from ") as e:
+        read_dump_status(srv.url, WIKI, DATE, retries=1000, timeout=0.4, stall_budget=1.5, **FAST_STATUS)
+    assert "\n" not in str(e.value) and time.monotonic() - t0 < 4
+    t0 = time.monotonic()
+    with pytest.raises(PrepError, match=rf"^giving up on {re.escape(BIG)} from .*: no progress for 1.5 s: Timeout: "
+                                        r"no status line and headers within 0\.\d+ s from "):
+        fetch_part(srv.url, WIKI, DATE, parts[BIG], dest, retries=1000, timeout=0.4, stall_budget=1.5, **FAST)
+    assert time.monotonic() - t0 < 4
+    assert_clean(dest, BIG, None)
+
+
 def test_an_endless_body_without_a_size_is_refused_at_the_cap(tmp_path):
     """(d) dumpstatus.json without sizes: the body is capped (MAX_PART_SIZE by default), the .part discarded."""
     root = tmp_path / "site"

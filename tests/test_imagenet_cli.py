@@ -64,6 +64,19 @@ def test_convert_then_verify_and_stats(converted, capsys, tmp_path):
         assert (tmp_path / "report" / png).read_bytes().startswith(b"\x89PNG")
 
 
+def test_stats_of_an_unfinished_dataset_says_so(converted, capsys, tmp_path):
+    """Shards and the plan, no MANIFEST.json yet: the report is made of the shards there, and says it is unfinished."""
+    _, out = converted
+    folder = _copy(out, tmp_path / "unfinished")
+    (folder / "MANIFEST.json").unlink()
+    rc, _, err = _run(capsys, ["stats", str(folder), "--out", str(tmp_path / "report")])
+    assert rc == 0, err
+    assert err.splitlines()[-1] == (f"imagenet-prep: warning: {folder}: an unfinished dataset (.work/plan.json is "
+                                    f"there, MANIFEST.json not yet: the run making it has not finished); the report is "
+                                    f"of the files written so far")
+    assert "none yet: an UNFINISHED dataset" in (tmp_path / "report" / "report.txt").read_text()
+
+
 def _rewrite_record(folder: Path, shard: str, change) -> None:
     """Replace the first record of `shard` by change(tf.train.Example), fix its index and the manifest,
     so that only the record-level check can find the damage."""

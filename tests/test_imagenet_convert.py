@@ -9,11 +9,15 @@ with tf.io.decode_jpeg.
 from __future__ import annotations
 
 import base64
+import io
 import os
 import random
 import shutil
 import struct
+import subprocess
+import sys
 import tarfile
+import textwrap
 import zlib
 from pathlib import Path
 
@@ -27,6 +31,7 @@ from testkit.archives import tar_bytes
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+REPO = Path(__file__).resolve().parents[1]
 from fixture_paths import IMAGENET as SHARED  # noqa: E402  (tests/fixtures/imagenet: the lists, from outside the package)
 
 # A devkit-style meta.mat written by scipy.io.savemat (do_compression=True, format 5): struct array
@@ -714,3 +719,58 @@ def test_an_image_read_cut_short_by_the_kernel_is_read_to_its_end(tmp_path, monk
     monkeypatch.setattr(os, "read", lambda fd, n: real_read(fd, min(n, 1000)))
     reader = convert._Reader({"source": {"path": str(tmp_path), "kind": "dir"}, "files": ["img.JPEG"]})
     assert reader.read(0) == data
+
+
+def _whole_image_to_rgb(img):
+    """The high-bit-depth greyscale conversion as it was written before it went tile by tile: the reference."""
+    from PIL import Image
+
+    arr = np.asarray(img)
+    top = 255 if img.mode == "F" else 65535
+    arr = np.clip(arr.astype(np.float64 if img.mode == "F" else np.int64), 0, top)
+    return Image.fromarray((arr if img.mode == "F" else arr >> 8).astype(np.uint8), "L").convert("RGB")
+
+
+@pytest.mark.parametrize("mode", ["I;16", "I", "F"])
+def test_high_bit_depth_greyscale_is_converted_tile_by_tile_to_the_same_bytes(mode, monkeypatch):
+    """Tiles of 1,000 pixels over a 123 x 77 image (rows and columns cut): the JPEG is the one the whole-image
+    conversion gives, values past the range (negative, above 65535: 32-bit and float images) clipped alike."""
+    from PIL import Image
+    from imagenet_prep import images
+
+    rng = np.random.default_rng(7)
+    values = rng.integers(-300, 70_000, size=(77, 123))
+    img = Image.fromarray(values.astype({"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]))
+    assert img.mode == mode
+    expected = io.BytesIO()
+    _whole_image_to_rgb(img).save(expected, "JPEG", quality=images.JPEG_QUALITY)
+    monkeypatch.setattr(images, "_TILE_PIXELS", 1000)
+    got = io.BytesIO()
+    images._to_rgb(img.copy()).save(got, "JPEG", quality=images.JPEG_QUALITY)
+    assert got.getvalue() == expected.getvalue()
+
+
+def test_a_16_bit_png_converts_in_bounded_memory(tmp_path):
+    """A 6000 x 6000 16-bit greyscale PNG (36 M pixels, under the pixel cap) converted under a 400 MiB address-space
+    limit: scaled tile by tile, it fits; converted whole (int64 copies of every pixel) it needed about 800 MiB."""
+    script = tmp_path / "convert16.py"
+    script.write_text(textwrap.dedent("""
+        import io, resource, sys
+        import numpy as np
+        from PIL import Image
+        from imagenet_prep.images import prepare_image
+        w = h = 6000
+        row = (np.arange(w, dtype=np.uint32) * 65535 // (w - 1)).astype(np.uint16)
+        png = io.BytesIO()
+        Image.fromarray(np.tile(row, (h, 1))).save(png, "PNG", compress_level=1)
+        data = png.getvalue()
+        del row, png
+        resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
+        out = prepare_image(data)
+        print(out.width, out.height, out.converted)
+    """), encoding="utf-8")
+    r = subprocess.run([sys.executable, str(script)], env=dict(os.environ, OPENBLAS_NUM_THREADS="1",
+                                                               PYTHONPATH=str(REPO)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["6000", "6000", "PNG", "image", "(I;16)"]

@@ -333,3 +333,100 @@ def test_a_luigid_that_stays_away_ends_the_worker_with_one_line_saying_to_run_ag
     assert len(lines) == 1, r.stderr[-3000:]
     assert "luigid did not answer" in lines[0] and "run the same command again" in lines[0], lines[0]
     assert "Traceback" not in r.stderr
+
+
+class MalformingProxy:
+    """An HTTP proxy on 127.0.0.1 in front of a luigid: every request goes to it as it is, and luigid's answers go
+    back as they are, except the first answers to `get_work` that hand out a task, each replaced by one of
+    `malform`'s functions (the answer in, what the worker receives out)."""
+
+    def __init__(self, upstream: int, malform: list):
+        import http.server
+        import threading
+
+        self.malform, self.sent = list(malform), []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self._forward(None)
+
+            def do_POST(self):
+                self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+            def _forward(self, body):
+                request = urllib.request.Request(f"http://127.0.0.1:{upstream}{self.path}", data=body,
+                                                 headers={"Content-Type": self.headers.get("Content-Type", "")})
+                with urllib.request.urlopen(request, timeout=30) as r:
+                    data = r.read()
+                if self.path.startswith("/api/get_work"):
+                    answer = json.loads(data)
+                    if isinstance(answer.get("response"), dict) and answer["response"].get("task_id") and proxy.malform:
+                        answer["response"] = proxy.malform.pop(0)(answer["response"])
+                        proxy.sent.append(answer["response"])
+                        data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _unknown_family(answer: dict) -> dict:
+    return {**answer, "task_id": "NoSuchTask__99914b932b", "task_family": "NoSuchTask", "task_params": {}}
+
+
+def _params_of_another_task(answer: dict) -> dict:
+    return {**answer, "task_id": answer["task_id"] + "0"}  # an id this worker does not know
+
+
+def _keys_missing(answer: dict) -> dict:
+    return {k: v for k, v in answer.items() if k not in ("running_tasks", "n_pending_tasks", "task_params")}
+
+
+def test_a_malformed_luigid_answer_skips_a_task_and_the_worker_goes_on(cluster, tmp_path):
+    """A luigid (behind a proxy that malforms its answers) hands out a task of an unknown family, one whose parameters
+    make another task than its id, answers without running_tasks, n_pending_tasks and parameters, and answers with
+    an array: each is logged as a scheduler fault, the task skipped, and the worker finishes the dump's download."""
+    from workflows import DEMO_DATE, DEMO_WIKI
+    from workflows.wiki import write_sample_dump
+
+    luigid, workers, config = cluster
+    write_sample_dump(tmp_path / "site", wiki=DEMO_WIKI, date=DEMO_DATE)
+    luigid.start()
+    with MalformingProxy(luigid.port, [_unknown_family, _params_of_another_task, _keys_missing,
+                                       lambda answer: []]) as proxy:
+        worker = workers.start(["DownloadDump", "--data-dir", str(tmp_path / "data"), "--dump-url",
+                                (tmp_path / "site").as_uri(), "--wiki", DEMO_WIKI, "--dump-date", DEMO_DATE,
+                                "--workers", "1", "--scheduler-host", "127.0.0.1", "--scheduler-port", str(proxy.port),
+                                "--no-lock"], config, "malformed")
+        worker.wait(timeout=300)
+        log = workers.log(worker)
+        assert worker.returncode == 0, log[-4000:]
+        assert len(proxy.sent) == 4
+    assert "Traceback" not in log, log[-4000:]
+    faults = [line for line in log.splitlines() if "luigid's answer to a request for work is malformed" in line]
+    assert any("task 'NoSuchTask__99914b932b' skipped: NoSuchTask with these parameters makes no task here" in line
+               for line in faults), faults
+    assert any("skipped: its parameters make the task DownloadPart_" in line for line in faults), faults
+    assert any("n_pending_tasks is None, not a count" in line for line in faults), faults
+    assert any("not an object: []" in line for line in faults), faults
+    parts = sorted(p.name for p in (tmp_path / "site" / DEMO_WIKI / DEMO_DATE).glob("*.bz2"))
+    downloads = tmp_path / "data" / "downloads" / DEMO_WIKI / DEMO_DATE
+    assert all((downloads / name).read_bytes() == (tmp_path / "site" / DEMO_WIKI / DEMO_DATE / name).read_bytes()
+               for name in parts)

@@ -44,7 +44,8 @@ def snippets(path: Path = READING) -> dict[str, str]:
 
 def test_the_docs_have_a_snippet_per_consumer():
     assert set(snippets()) == {"nvidia-hdf5", "graphcore-static-mask", "google-bert-tfdata", "tfdata-batched",
-                               "graphcore-tf2-bert", "graphcore-tf2-cnn", "tfrecord-index", "dali-index"}
+                               "graphcore-tf2-bert", "graphcore-tf2-cnn", "tfrecord-index", "dali-index",
+                               "lddl-loader", "hf-datasets"}  # the last two run in tests/test_parquet.py
 
 
 def test_the_readme_example_is_a_tested_snippet():

@@ -99,6 +99,8 @@ class SeamSplitCorpus(LinesTask, bert.SplitCorpus): pass
 class SeamSentenceShard(LinesTask, bert.SentenceShard): pass
 class SeamTrainVocab(LinesTask, bert.TrainVocab): pass
 class SeamPretrainShard(LinesTask, bert.PretrainShard): pass
+class SeamPretrainPlan(LinesTask, bert.PretrainPlan): pass
+class SeamPretrainPart(LinesTask, bert.PretrainPart): pass
 class SeamPretrainDataset(LinesTask, bert.PretrainDataset): pass
 class SeamPretrain128(SeamPretrainDataset, bert.Pretrain128): pass
 

@@ -145,3 +145,32 @@ def test_sentence_shards_committed_whole_by_the_previous_version_are_taken_as_th
         {k: v for k, v in inodes.items() if k != "shard_00002.txt"}
     assert not dead.exists()
     assert task.stats() == stats
+
+
+def test_more_shards_than_open_files_allowed_split_in_any_limit(split, tmp_path):
+    """--num-shards far above the open-file limit (1,200 buckets under a limit of 256, soft and hard, as 1,024
+    under Debian's usual limit would be): a split holds one bucket file open at a time, so SplitPart finishes, and
+    its buckets hold what the 3-shard split's do, spread by the same hash."""
+    import resource
+
+    data = copy(split, tmp_path)
+    part = sorted(p.name for p in (tmp_path / "site" / DEMO_WIKI / DEMO_DATE).glob("*.bz2"))[0]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("LUIGI_CONFIG_PATH", None)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    r = subprocess.run([LUIGI, "--module", "workflows", "SplitPart", "--part", part, "--data-dir", str(data),
+                        "--dump-url", site(data), "--wiki", DEMO_WIKI, "--dump-date", DEMO_DATE, "--num-shards", "1200",
+                        "--local-scheduler"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                       preexec_fn=limit)
+    assert r.returncode == 0, r.stderr[-3000:]
+    work = data / f"{DEMO_WIKI}-{DEMO_DATE}" / "split"
+    many = work / "n1200_seed12345_min200" / part[:-4]
+    buckets = sorted(many.glob("bucket_*.txt"))
+    assert len(buckets) == 1200
+    documents = [doc for b in buckets for doc in b.read_text(encoding="utf-8").split("\n\n") if doc]
+    three = [doc for b in sorted((work / "n3_seed12345_min200" / part[:-4]).glob("bucket_*.txt"))
+             for doc in b.read_text(encoding="utf-8").split("\n\n") if doc]
+    assert len(documents) > 10 and sorted(documents) == sorted(three)

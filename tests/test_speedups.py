@@ -25,6 +25,7 @@ import pytest
 from shardkit.errors import PrepError
 from shardkit.records import read_records
 from testkit.instances import encode_features
+from testkit.reference_bert import reference_instances_per_source
 from wikiprep import instances, layouts, speedups
 from wikiprep.instances import write_pretraining_files
 from wikiprep.options import GenerationOptions as Opts
@@ -362,3 +363,32 @@ def test_the_compiled_tokenizer_without_unk_raises_the_python_error(tmp_path, lo
             loop.tokenize(["ab", "a " + chunk], 0, 0, 0)
         assert str(got.value) == str(expected.value)
         assert "\n" not in str(got.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Instances per source (a mixture's sentence shard)
+
+@needs_extension
+def test_instances_are_counted_per_source_as_the_original_makes_them(monkeypatch, tmp_path):
+    """A shard of three sources: A, an empty one, and C, whose first document gives no tokens (the generator drops
+    it, so source boundaries cannot be counted in documents). Both paths count each source's instances as the
+    ported original makes them, and write the same bytes as without counting."""
+    docs = SYNTHETIC.read_text(encoding="utf-8").split("\n\n")
+    a = "\n\n".join(docs[:40]) + "\n\n"
+    c = "\u200b\n\n" + "\n\n".join(docs[40:80]) + "\n\n" + SAMPLE.read_text(encoding="utf-8")
+    shard = tmp_path / "shard.txt"
+    shard.write_text(a + c, encoding="utf-8")
+    starts = [0, len(a.encode()), len(a.encode())]
+    flags = dict(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2, random_seed=3)
+    opts = Opts(**flags)
+    plain, plain_stats = _write(monkeypatch, False, tmp_path / "plain", [shard], VOCAB, opts, ["a.tfrecord"])
+    assert "instances_per_source" not in plain_stats
+    expected = reference_instances_per_source(shard, VOCAB, starts, **flags)
+    assert expected[0] > 0 and expected[1] == 0 and expected[2] > 0
+    assert sum(expected) == plain_stats["instances"]
+    for pure in (True, False):
+        files, stats = _write(monkeypatch, pure, tmp_path / f"pure{pure}", [shard], VOCAB, opts, ["a.tfrecord"],
+                              source_starts=starts)
+        assert files == plain
+        assert stats.pop("instances_per_source") == expected
+        assert stats == plain_stats

@@ -124,3 +124,39 @@ def test_download_settings_from_the_command_line_and_luigi_cfg_bound_an_unanswer
         r = download(srv, tmp_path / "data", 1, config=config)
         assert time.monotonic() - started < 30 and r.returncode != 0
         assert any(line.startswith("wikiprep: error:") and "no answer in 2" in line for line in r.stderr.splitlines())
+
+
+def test_a_download_damaged_in_place_is_blamed_removed_and_fetched_again(tmp_path):
+    """A byte of a verified part flipped on the disk keeps its size, so its receipt still holds: extraction fails on
+    it. The error then blames the download (its sha256 against its receipt's, which the listing's sha1 verified), not
+    the dump, and removes it, so that the
+    same command fetches it again and finishes."""
+    from wikiprep.wikipedia.samples import write_sample_dump
+    from workflows import DEMO_DATE, DEMO_WIKI
+
+    write_sample_dump(tmp_path / "site", wiki=DEMO_WIKI, date=DEMO_DATE)
+    part = sorted(p.name for p in (tmp_path / "site" / DEMO_WIKI / DEMO_DATE).glob("*.bz2"))[0]
+    env = dict(os.environ, WIKIPREP_CONTACT="tests@example.invalid")
+    env.pop("LUIGI_CONFIG_PATH", None)
+    extract = [LUIGI, "--module", "workflows", "ExtractPart", "--part", part, "--data-dir", str(tmp_path / "data"),
+               "--dump-url", (tmp_path / "site").as_uri(), "--wiki", DEMO_WIKI, "--dump-date", DEMO_DATE,
+               "--local-scheduler"]
+    download_part = extract[:3] + ["DownloadPart"] + extract[4:]
+    r = subprocess.run(download_part, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    local = tmp_path / "data" / "downloads" / DEMO_WIKI / DEMO_DATE / part
+    good = local.read_bytes()
+    damaged = bytearray(good)
+    damaged[len(good) // 2] ^= 0xFF
+    local.write_bytes(bytes(damaged))
+
+    r = subprocess.run(extract, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    lines = [line for line in r.stderr.splitlines() if line.startswith("wikiprep: error:")]
+    assert len(lines) == 1 and f"{local}: damaged since it was committed: sha256 " in lines[0], r.stderr[-3000:]
+    assert "its receipt says" in lines[0] and "removed with its receipt" in lines[0]
+    assert not local.exists() and not (local.parent / ".receipts" / f"{part}.json").exists()
+
+    r = subprocess.run(extract, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert local.read_bytes() == good

@@ -251,6 +251,9 @@ typedef struct {
     MT mt;
     Py_buffer tokens, starts, doc_first, doc_len, replacements, continuation, lengths, masked, random_next;
     int held; /* how many of the buffers above are held, in that order */
+    /* Optional: the source of each (shuffled) document, and the instances counted per source (a mixture's). */
+    Py_buffer doc_source, source_instances;
+    int held_sources; /* how many of these two are held */
     int layout, framed, fixed, whole_word;
     Py_ssize_t seq, max_pred, dupe, n_docs, n_replacements, n_continuation;
     double mlm_prob, short_prob;
@@ -285,6 +288,11 @@ static void generator_release(Generator *g) {
     for (int i = 0; i < g->held; i++)
         PyBuffer_Release(views[i]);
     g->held = 0;
+    if (g->held_sources > 0)
+        PyBuffer_Release(&g->doc_source);
+    if (g->held_sources > 1)
+        PyBuffer_Release(&g->source_instances);
+    g->held_sources = 0;
 }
 
 static void generator_dealloc(Generator *g) {
@@ -311,9 +319,9 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
                              "max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob",
                              "dupe_factor", "fixed_mask_count", "do_whole_word_mask", "cls_id", "sep_id",
                              "mask_id", "replacements", "continuation", "lengths", "masked", "random_next",
-                             "framed", "pad_position", "misfit_error", NULL};
+                             "framed", "pad_position", "misfit_error", "doc_source", "source_instances", NULL};
     PyObject *tokens, *starts, *doc_first, *doc_len, *state, *replacements, *continuation, *lengths, *masked;
-    PyObject *random_next, *misfit_error;
+    PyObject *random_next, *misfit_error, *doc_source = Py_None, *source_instances = Py_None;
     const char *pad_position;
     Py_ssize_t pad_position_len;
     int cls, sep, mask;
@@ -321,12 +329,17 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "Generator is initialized once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOinnddnppiiiOOOOOpy#O:Generator", kwlist, &tokens,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOinnddnppiiiOOOOOpy#O|$OO:Generator", kwlist, &tokens,
                                      &starts, &doc_first, &doc_len, &state, &g->layout, &g->seq, &g->max_pred,
                                      &g->mlm_prob, &g->short_prob, &g->dupe, &g->fixed, &g->whole_word, &cls, &sep,
                                      &mask, &replacements, &continuation, &lengths, &masked, &random_next,
-                                     &g->framed, &pad_position, &pad_position_len, &misfit_error))
+                                     &g->framed, &pad_position, &pad_position_len, &misfit_error, &doc_source,
+                                     &source_instances))
         return -1;
+    if ((doc_source == Py_None) != (source_instances == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "Generator: doc_source and source_instances go together");
+        return -1;
+    }
     if (g->layout < LAYOUT_STANDARD || g->layout > LAYOUT_ROWS) {
         PyErr_SetString(PyExc_ValueError, "layout: 0 standard, 1 remask, 2 rows");
         return -1;
@@ -374,6 +387,24 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
         g->random_next.len / 8 != 2) {
         PyErr_SetString(PyExc_ValueError, "Generator: inconsistent sizes");
         return -1;
+    }
+    if (doc_source != Py_None) {
+        if (get_buffer(doc_source, &g->doc_source, 4, 0, "doc_source") < 0)
+            return -1;
+        g->held_sources = 1;
+        if (get_buffer(source_instances, &g->source_instances, 8, 1, "source_instances") < 0)
+            return -1;
+        g->held_sources = 2;
+        const int32_t *DS = g->doc_source.buf;
+        Py_ssize_t n_sources = g->source_instances.len / 8;
+        int bad = g->doc_source.len / 4 != g->n_docs;
+        for (Py_ssize_t d = 0; d < g->n_docs && !bad; d++)
+            bad = DS[d] < 0 || DS[d] >= n_sources;
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "Generator: doc_source needs a source below len(source_instances) "
+                                              "for every document");
+            return -1;
+        }
     }
     /* Every document's sentences and every sentence's tokens must lie inside the corpus: checked once here, so
      * the loop reads no memory it does not own whatever the caller passed. */
@@ -797,6 +828,8 @@ static int document_instances(Generator *g, Py_ssize_t d) {
             tok[n - 1] = g->sep;
             if (emit_instance(g, n, (Py_ssize_t)la, is_random) < 0)
                 return -1;
+            if (g->held_sources) /* an instance's source is its document's, segment A's */
+                ((int64_t *)g->source_instances.buf)[((const int32_t *)g->doc_source.buf)[d]] += 1;
             chunk_n = 0;
             length = 0;
         }
@@ -880,7 +913,8 @@ PyDoc_STRVAR(generator_doc,
              "Generator(tokens, sentence_starts, doc_first, doc_len, state, layout, max_seq_length,\n"
              "          max_predictions_per_seq, masked_lm_prob, short_seq_prob, dupe_factor, fixed_mask_count,\n"
              "          do_whole_word_mask, cls_id, sep_id, mask_id, replacements, continuation, lengths,\n"
-             "          masked, random_next, framed, pad_position, misfit_error)\n\n"
+             "          masked, random_next, framed, pad_position, misfit_error, *, doc_source=None,\n"
+             "          source_instances=None)\n\n"
              "instances.generate and a layout's encoder in one loop (see instances._spill_compiled).");
 
 static PyTypeObject GeneratorType = {

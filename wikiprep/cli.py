@@ -10,7 +10,8 @@
 the same flags, spellings and defaults (absl style: `--flag=value`, `--flag value`, bare
 `--flag` / `--noflag` for booleans, `--flagfile=FILE` files of flags), the same instances in the
 same order. An `--output_file` ending in `.hdf5` or `.h5` holds them in NVIDIA's HDF5 layout, as
-NVIDIA's create_pretraining_data.py writes it. It adds `--fixed_mask_count` (Graphcore's mask
+NVIDIA's create_pretraining_data.py writes it; one ending in `.parquet` in LDDL's Parquet layout
+(`--masking static|dynamic`; round-robin files, not binned). It adds `--fixed_mask_count` (Graphcore's mask
 count), `--remask` (Graphcore's static-mask layout; implies the fixed count) with
 `--pad_position_value`, and `--index_file` (an `offset length` index per output file).
 `--input_file` is a comma-separated list of globs, each expanded in sorted order; a glob
@@ -35,12 +36,14 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from shardkit.cli import at_least_one, error_line, run
+from shardkit.cli import add_version, at_least_one, error_line, run, warn
 from shardkit import progress
 from shardkit.errors import PrepError, excerpt
+from shardkit.manifest import check_report_folder, unfinished_note
 
 from . import inspection, instances, layouts, stats, verify
 from .options import GenerationOptions
+from .tokenization import Vocab
 
 PROG = "wikiprep"
 
@@ -188,8 +191,10 @@ def _create(args: argparse.Namespace) -> None:
     index_files = _split_list("index_file", args.index_file)
     if index_files and len(index_files) != len(outputs):
         raise PrepError(f"--index_file lists {len(index_files)} files for {len(outputs)} --output_file files")
-    layout = layouts.from_output_names(outputs, layout_flag, pad_position_value=args.pad_position_value)
+    layout = layouts.from_output_names(outputs, layout_flag, pad_position_value=args.pad_position_value,
+                                       masking=args.masking)
     instances.check_layout(layout, outputs, index_files or [None] * len(outputs), options)
+    Vocab.load(args.vocab_file).check_case(options.do_lower_case, "--do_lower_case")  # a tokenizer.json says
     print("*** Reading from input files ***", file=sys.stderr)
     for path in inputs:
         print(f"  {path}", file=sys.stderr)
@@ -209,6 +214,7 @@ def _create(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Wikipedia text to BERT pre-training TFRecords.")
+    add_version(p, PROG)
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("create-pretraining-data", allow_abbrev=False,
@@ -224,14 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             c.add_argument(f"--{f.name}", type=f.type, default=f.default,
                            help=f"{f.metadata['help']} (default {f.default})")
-    c.add_argument("--index_file", help="index file(s) to write, comma-separated, one per output file")
+    c.add_argument("--index_file", help="index file(s) to write, comma-separated, one per output file "
+                                        "(default: none)")
     layouts.add_create_flags(c)
     c.add_argument("--flagfile", metavar="FILE",
                    help="read flags from FILE, one --flag=value a line, # comments, nested --flagfile (absl's)")
 
     i = sub.add_parser("inspect", help="print the first instances of a TFRecord or HDF5 file as text: A and B with "
                                        "their masks, the original tokens, the next-sentence label, the lengths")
-    i.add_argument("file")
+    i.add_argument("file", help="a .tfrecord or .hdf5 file of instances")
     i.add_argument("-n", type=at_least_one, default=3, help="instances to show (default 3)")
     i.add_argument("--vocab-file", "--vocab_file", metavar="V",
                    help="the vocab.txt the records were made with (default: vocab.txt beside FILE; without one, "
@@ -239,13 +246,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="check a dataset folder, or any record file or folder without a manifest; "
                                       "one line and exit 1 on the first problem")
-    v.add_argument("path")
+    v.add_argument("path", help="a dataset folder (with MANIFEST.json), or record files or a folder of them")
     v.add_argument("--jobs", type=at_least_one, default=1,
                    help="worker processes checking files in parallel, each with its own TensorFlow (default 1; "
                         "the output and the first error do not depend on it)")
 
     s = sub.add_parser("stats", help="counts and histograms of a dataset folder")
-    s.add_argument("dir")
+    s.add_argument("dir", help="a finished dataset folder (seq128_mask20_dup5/ ...)")
     s.add_argument("--out", required=True, help="report folder: report.html (one self-contained page), stats.json, "
                                                 "report.txt and the plots as PNG files")
     return p
@@ -266,9 +273,11 @@ def _verify(args: argparse.Namespace) -> None:
 
 
 def _stats(args: argparse.Namespace) -> None:
+    check_report_folder(Path(args.out), Path(args.dir), stats.STARTED_BY)  # a report replaces only a report
     with progress.bar("stats", "files") as bar:
         text = stats.write_report(args.dir, args.out, overwrite=True, progress=bar)  # a new report replaces the last
     sys.stdout.write(text)
+    warn(PROG, unfinished_note(Path(args.dir), stats.STARTED_BY))
     print(f"wrote {Path(args.out) / 'report.html'} (open it in a browser), stats.json, report.txt and the plots "
           f"as PNG files")
 

@@ -11,7 +11,9 @@ text came from. A source says:
   dataset's stats count it;
 - what it is (`description`), recorded in the dataset's `dataset.json` and `MANIFEST.json`, and
   which of those keys change how the work is cut but not a byte (`same_bytes`);
-- the prefix of the dataset's shard files (`shard_prefix`: `wiki_00000.tfrecord`).
+- the prefix of the dataset's shard files (`shard_prefix`: `wiki_00000.tfrecord`);
+- the language of its text (`language`), which chooses the sentence splitter's rules
+  (`sentences.sentence_splitter`): Chinese and Japanese end sentences without a space after them.
 
 Wikipedia is one (`wikiprep.wikipedia.source.WikipediaSource`); a new corpus is one more module
 with a class like it.
@@ -28,12 +30,14 @@ from typing import ClassVar, Iterator, Protocol
 class Document:
     """One document of a piece. `paragraphs` is empty when the source drops it, and `dropped` says why
     ("too_short", "empty", ...); `read` is how many bytes of the piece's input were read once it was,
-    for progress."""
+    for progress. `split` False: the paragraphs are already its sentences, one each (the original
+    generator's input format), and are not split again."""
 
     id: int | str
     paragraphs: list[str]
     dropped: str | None = None
     read: int = 0
+    split: bool = True
 
 
 class Piece(Protocol):
@@ -68,6 +72,11 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def piece_size(self, piece: Piece) -> int:
         """The bytes `documents(piece)` reads, for progress (0 when unknown)."""
+
+    def language(self) -> str | None:
+        """The language of the text, a code such as "en", "zh" or "ja"; None when not known (yet), which
+        splits sentences as English. Known by the time a piece is split."""
+        return None
 
     @abc.abstractmethod
     def documents(self, piece: Piece, *, min_chars: int) -> Iterator[Document]:

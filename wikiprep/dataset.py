@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from shardkit.atomic import remove_leftover_temps, sha256_file, write_bytes, write_json
 from shardkit.errors import PrepError
@@ -29,6 +30,7 @@ from . import instances, layouts
 from .layouts import Layout
 from .options import GenerationOptions
 from .sentences import stable_hash
+from .tokenization import Vocab
 from .vocab import check_vocab_file
 
 DESCRIPTION = "dataset.json"
@@ -88,7 +90,7 @@ def describe(options: GenerationOptions, vocab_path: str | Path | None, *, corpu
     description.update(corpus)
     description.update(own)
     if vocab_path is not None:
-        check_vocab_file(vocab_path)
+        check_vocab_file(vocab_path, options.do_lower_case)
         description["vocab_sha256"] = sha256_file(vocab_path)
     return description
 
@@ -121,11 +123,26 @@ def check_folder(folder: str | Path, spec: DatasetSpec) -> None:
         return
     held = {**layouts.DEFAULT_DESCRIPTION, **held}
     description = {**layouts.DEFAULT_DESCRIPTION, **spec.description}
-    differ = [f"{key} {held.get(key)!r} there, {value!r} here" for key, value in sorted(description.items())
-              if key not in spec.same_bytes and held.get(key) != value]
+    differ = []
+    for key, value in sorted(description.items()):
+        if key not in spec.same_bytes:
+            differ += differences(key, held.get(key), value, spec.same_bytes)
     if differ:
         raise PrepError(f"{folder}: holds a dataset made with other parameters ({'; '.join(differ)}); "
                         f"give another --data-dir, or remove {folder} to rebuild it")
+
+
+def differences(key: str, held, value, same_bytes: tuple[str, ...]) -> list[str]:
+    """How `held` (a folder's dataset.json value) differs from `value`, each as "<key> <held> there, <value> here";
+    within two tables (a text corpus' files, a mixture's sources) only the entries that differ, by their dotted
+    key, `same_bytes` keys left out at every depth."""
+    if not (isinstance(held, dict) and isinstance(value, dict)):
+        return [] if held == value else [f"{key} {held!r} there, {value!r} here"]
+    found = []
+    for sub in sorted(set(held) | set(value)):
+        if sub not in same_bytes:
+            found += differences(f"{key}.{sub}", held.get(sub), value.get(sub), same_bytes)
+    return found
 
 
 def claim_folder(folder: str | Path, spec: DatasetSpec) -> None:
@@ -137,13 +154,14 @@ def claim_folder(folder: str | Path, spec: DatasetSpec) -> None:
 
 
 def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: str | Path, options: GenerationOptions,
-                spec: DatasetSpec, *, progress: Progress | None = None) -> dict:
+                spec: DatasetSpec, *, progress: Progress | None = None, source_starts: Sequence[int] = ()) -> dict:
     """The instances of one sentence shard at `out_path` (`spec.shard_name(i)`, + its index when the layout
     has one), in `spec.layout`, in the folder `spec` claims.
 
     `options.random_seed` is the shard's own seed (`shard_seed`). Returns the generation stats; a killed
     run's temporaries of this shard are removed first, nothing is left half-written. `progress(done,
-    total)` as `instances.write_pretraining_files`'.
+    total)` and `source_starts` (a mixture's shard: where each source's documents start, from
+    `sentences.merge_shard`) as `instances.write_pretraining_files`'.
     """
     out_path = Path(out_path)
     index = spec.layout.index_path(out_path)
@@ -152,11 +170,12 @@ def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: st
     claim_folder(out_path.parent, spec)
     # This shard's dead writers' temporaries (records, index, spill) go as its writers open their own.
     return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path), index, options,
-                                             layout=spec.layout, progress=progress)
+                                             layout=spec.layout, progress=progress, source_starts=source_starts)
 
 
 def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shard_stats: list[dict],
-             sentence_stats: dict, *, known_files: dict[str, dict] | None = None) -> dict:
+             sentence_stats: dict, *, known_files: dict[str, dict] | None = None,
+             files: dict[str, int] | None = None, balance: dict | None = None, corpus: dict | None = None) -> dict:
     """Close a dataset whose shards are all written: vocab.txt, stats.json, then MANIFEST.json (returned).
 
     `shard_stats[i]` is what `write_shard` returned for shard i (`spec.shard_name(i)`);
@@ -167,12 +186,19 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
     committed by now). PrepError when the folder holds another dataset, or when no shard has an instance.
     `known_files` ({name: {"sha256", "size"}}, the shard and index files as their writers hashed them)
     spares reading them again for MANIFEST.json (`build_manifest`); files not in it are hashed here.
+    For a layout with a finishing step, `files` ({name: instances}) are the dataset's files (its shards were
+    staged elsewhere) and `balance` how the plan dealt them (`Layout.plan_parts`: the bins, the instances
+    dropped): stats.json's total of instances is then what the files hold.
+    `corpus`: the corpus' own figures (files skipped, documents per source), in stats.json as "corpus" when
+    there are any; when every shard counted its instances per source (`write_shard`'s `source_starts`), each of
+    the corpus' `sources` gets its total (`with_source_instances`).
     """
     folder = Path(folder)
     claim_folder(folder, spec)
     # Every shard is committed: a temporary still here was left by a lost node or a duplicate run.
     remove_leftover_temps(folder)
-    write_bytes(folder / "vocab.txt", Path(vocab_path).read_bytes())
+    # A trained one is checked against its receipt as it is read; a tokenizer.json is kept as its vocab.txt.
+    write_bytes(folder / "vocab.txt", Vocab.load(vocab_path).vocab_txt)
     shards, totals, counts = [], {}, {}
     for i, st in enumerate(shard_stats):
         counts[spec.shard_name(i)] = st["instances"]
@@ -183,6 +209,25 @@ def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shar
                 totals[k] = totals.get(k, 0) + v
     if totals.get("instances", 0) == 0:
         raise PrepError(f"{folder}: the corpus gave no instances; is the dump empty or --min-doc-chars too high?")
-    write_json(folder / "stats.json",
-               {"total": totals, "shards": shards, "dropped_documents": sentence_stats["dropped"]})
+    closing = {"total": totals, "shards": shards, "dropped_documents": sentence_stats["dropped"]}
+    if files is not None:
+        counts = files
+        totals["generated_instances"] = totals["instances"]
+        totals["instances"] = sum(files.values())
+        closing["balance"] = balance
+    if corpus:
+        closing["corpus"] = with_source_instances(corpus, shard_stats)
+    write_json(folder / "stats.json", closing)
     return write_manifest(folder, counts, extra={"dataset": spec.description}, known_files=known_files)
+
+
+def with_source_instances(corpus: dict, shard_stats: list[dict]) -> dict:
+    """`corpus` with each of its `sources` (a mixture's, in recipe order) given its instances, summed over the
+    shards' `instances_per_source`; as it is when a shard has none (one merged before shards counted them)
+    or there are no sources. These are the instances the generator made (before a finishing layout's balance
+    drops any), each its segment A's document's source's."""
+    sources = corpus.get("sources")
+    if not sources or any(len(st.get("instances_per_source", ())) != len(sources) for st in shard_stats):
+        return corpus
+    return {**corpus, "sources": [{**source, "instances": sum(st["instances_per_source"][k] for st in shard_stats)}
+                                  for k, source in enumerate(sources)]}

@@ -149,7 +149,7 @@ def inspect_lines(path: str | Path, n: int, vocab_file: str | Path | None = None
     if not path.is_file():
         raise PrepError(f"{path}: no such record file")
     vocab, source = vocab_for(path, vocab_file)
-    records = reader.open_records(path)
+    records = reader.open_records(path, vocab_file)
     names = TokenNames(vocab)
     yield (f"{path}: {records.layout.title}, seq {records.dims[SEQ]}, {records.dims[PRED]} predictions; "
            f"{source}. A masked position shows [MASK], or {{token}}: the random or the kept original")

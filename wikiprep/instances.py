@@ -41,6 +41,7 @@ with the layout's own encoder.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import contextlib
 import logging
@@ -55,6 +56,7 @@ from shardkit.errors import PrepError
 from shardkit.example import varint
 from shardkit.progress import Progress, Stage, part_of, throttle
 from shardkit.records import frame_record
+from shardkit.verified import open_committed
 
 from . import layouts, speedups
 from .layouts import Layout
@@ -81,6 +83,8 @@ class Corpus:
     Sentence s is `tokens[sentence_starts[s]:sentence_starts[s + 1]]`; document d (input order)
     holds sentences `doc_starts[d]` up to `doc_starts[d + 1]`. Tokens are ids (int32s, 4 bytes
     each); `table[id]` is the varint encoding of an id, which the pure-Python generator joins.
+    `source_sentences[k]`, for an input of several sources one after another (a mixture's sentence
+    shard), is the first sentence of source k's documents; empty for one source.
     """
 
     def __init__(self, table: list[bytes]):
@@ -88,6 +92,7 @@ class Corpus:
         self.tokens = array("i")
         self.sentence_starts = array("q", [0])
         self.doc_starts = array("q", [0])
+        self.source_sentences = array("q")
         self.files: list[str] = []
         self.bytes_read = 0
 
@@ -118,13 +123,15 @@ def _check_text_file(path: str, head: bytes) -> None:
         raise PrepError(f"{path}: not UTF-8 text (over 10% of its first 64 KiB does not decode)")
 
 
-def _line_blocks(path: str, counter: list[int], on_block: Callable[[], None] | None = None) -> Iterator[list[str]]:
+def _line_blocks(path: str, counter: list[int], on_block: Callable[[], None] | None = None,
+                 stops: Sequence[int] = ()) -> Iterator[list[str]]:
     """The lines of `path`, a list per block of 4 MiB read, as the original reads them with
     `tf.gfile.GFile.readline`: split on '\\n' only, every '\\r' byte dropped (TensorFlow's ReadLine never
     returns one), decoded as UTF-8 (bad bytes dropped, as `convert_to_unicode` does). Adds the bytes read
-    to `counter[0]`, then calls `on_block()` (when given) once per block."""
+    to `counter[0]`, then calls `on_block()` (when given) once per block. A block also ends where `counter[0]`
+    reaches one of `stops` (rising), so that the caller sees each of them between two blocks."""
     try:
-        f = open(path, "rb")
+        f = open_committed(path)  # a committed sentence shard is checked against its receipt as it is read
     except FileNotFoundError:
         raise PrepError(f"{path}: input file not found") from None
     except IsADirectoryError:
@@ -132,11 +139,15 @@ def _line_blocks(path: str, counter: list[int], on_block: Callable[[], None] | N
     except OSError as e:
         raise PrepError(f"{path}: cannot read ({e.strerror})") from None
     decoder = codecs.getincrementaldecoder("utf-8")("ignore")
+    stops = iter(stops)
+    stop = next(stops, None)
     with f:
         tail, first = "", True
         while True:
+            while stop is not None and stop <= counter[0]:
+                stop = next(stops, None)
             try:
-                block = f.read(_READ_BLOCK)
+                block = f.read(_READ_BLOCK if stop is None else min(_READ_BLOCK, stop - counter[0]))
             except OSError as e:
                 raise PrepError(f"{path}: cannot read ({e.strerror})") from None
             if first:
@@ -183,13 +194,17 @@ def _tokenize_lines(lines: list[str], encode_packed: Callable[[str], bytes], n_t
 
 
 def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = True,
-                progress: Progress | None = None) -> Corpus:
+                progress: Progress | None = None, source_starts: Sequence[int] = ()) -> Corpus:
     """Tokenize `input_files` in order: one sentence per line, blank lines between documents.
 
     As in the original, a document may run on from one file into the next (nothing closes a
     document at the end of a file), lines giving no tokens are skipped and empty documents dropped.
-    `progress(done, total)` counts the bytes read, of the files' sizes.
+    `progress(done, total)` counts the bytes read, of the files' sizes. `source_starts`, for an input
+    of several sources one after another, are the byte offsets (into the inputs read one after another,
+    rising, the first 0) where each source's documents start: the corpus' `source_sentences`.
     """
+    if source_starts and source_starts[0] != 0:
+        raise ValueError(f"source_starts {list(source_starts)}: the first source starts at 0")
     corpus = Corpus(varint_table(vocab.size))
     tokens, sent_starts, doc_starts = corpus.tokens, corpus.sentence_starts, corpus.doc_starts
     tokenizer = FullTokenizer(vocab, do_lower_case)
@@ -204,15 +219,24 @@ def read_corpus(input_files: Sequence[str], vocab: Vocab, do_lower_case: bool = 
     counter = [0]
     total = sum(_size(p) for p in input_files)
     on_block = None if progress is None else lambda: progress(min(counter[0], total), total)
+    sources = corpus.source_sentences
+
+    def pass_source_starts() -> None:
+        # A source starts after a blank line (a document's end): every sentence before it is read by now.
+        while len(sources) < len(source_starts) and source_starts[len(sources)] <= counter[0]:
+            sources.append(len(sent_starts) - 1)
+
+    pass_source_starts()
     for path in input_files:
         path = os.fspath(path)
         corpus.files.append(path)
         try:
-            for lines in _line_blocks(path, counter, on_block):
+            for lines in _line_blocks(path, counter, on_block, source_starts):
                 ids, sentence_ends, new_docs = tokenize(lines, len(tokens), len(sent_starts) - 1, doc_starts[-1])
                 tokens.frombytes(ids)
                 sent_starts.frombytes(sentence_ends)
                 doc_starts.frombytes(new_docs)
+                pass_source_starts()
         except PrepError as e:
             if path in str(e):
                 raise
@@ -264,12 +288,21 @@ def _shuffled_documents(corpus: Corpus, rng: random.Random) -> tuple[array, arra
     return array("q", [starts[d] for d in order]), array("q", [starts[d + 1] - starts[d] for d in order])
 
 
+def _document_sources(corpus: Corpus, doc_first: array) -> array:
+    """The source of each document (by its first sentence, `doc_first` in the generator's order), int32s.
+    A source with no document in the input starts where the next one does: bisect_right passes it."""
+    bounds = corpus.source_sentences
+    return array("i", [bisect.bisect_right(bounds, first) - 1 for first in doc_first])
+
+
 def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.Random, emit: Emit,
-             progress: Progress | None = None) -> None:
+             progress: Progress | None = None, source_instances: array | None = None) -> None:
     """Every instance of every dupe pass, in the original's creation order (before its final shuffle).
 
     `progress(done, total)` counts documents, once per dupe pass (total: dupe_factor x documents),
     called every `_PROGRESS_DOCS` documents: a test per document is all it costs the loop.
+    `source_instances` (int64s, one per source of `corpus.source_sentences`) counts the instances of each
+    source: an instance's source is its document's, that of segment A (B may be another's: random next).
 
     Random draws go straight to `rng.random` and `rng.getrandbits`, the primitives behind the
     original's `randint` and `shuffle` (`randint(a, b)` is `a + _randbelow(b - a + 1)`, and
@@ -277,6 +310,7 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
     Mersenne Twister is consumed word for word as in the original, without its per-call overhead.
     """
     doc_first, doc_len = _shuffled_documents(corpus, rng)
+    doc_source = None if source_instances is None else _document_sources(corpus, doc_first)
     n_docs = len(doc_first)
     table = corpus.table
     tokens_all = list(map(table.__getitem__, corpus.tokens))  # varints: an instance's input_ids are one join
@@ -436,6 +470,8 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
 
                     positions, labels = mask_tokens(tokens, la, n_tok)
                     emit(tokens, la, lb, positions, labels, is_random)
+                    if doc_source is not None:
+                        source_instances[doc_source[d]] += 1
                     chunk_n = 0
                     length = 0
                 i += 1
@@ -447,14 +483,14 @@ def generate(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: random.
 # Public API
 
 def prepare(input_files: Sequence[str], vocab_file: str, options: GenerationOptions,
-            progress: Progress | None = None) -> tuple[Vocab, Corpus]:
-    """The vocabulary and the tokenized corpus of `input_files` (`progress` as `read_corpus`'s)."""
+            progress: Progress | None = None, source_starts: Sequence[int] = ()) -> tuple[Vocab, Corpus]:
+    """The vocabulary and the tokenized corpus of `input_files` (`progress`, `source_starts` as `read_corpus`'s)."""
     if isinstance(input_files, (str, os.PathLike)):
         input_files = [input_files]
     if not input_files:
         raise PrepError("no input files given")
     vocab = Vocab.load(vocab_file)
-    corpus = read_corpus([os.fspath(p) for p in input_files], vocab, options.do_lower_case, progress)
+    corpus = read_corpus([os.fspath(p) for p in input_files], vocab, options.do_lower_case, progress, source_starts)
     return vocab, corpus
 
 
@@ -473,13 +509,15 @@ _TENTHS_COMPILED, _TENTHS_PYTHON = (3, 5), (2, 7)
 
 
 class _Stats:
-    """Counters the generator updates in place (int64 arrays): lengths, mask counts, [actual, random] next."""
+    """Counters the generator updates in place (int64 arrays): lengths, mask counts, [actual, random] next,
+    and for an input of `sources` sources (a mixture's sentence shard) the instances of each."""
 
-    def __init__(self, seq_len: int, max_pred: int):
+    def __init__(self, seq_len: int, max_pred: int, sources: int = 0):
         self.seq_len = seq_len
         self.random_next = array("q", [0, 0])
         self.lengths = array("q", bytes(8 * (seq_len + 1)))
         self.masked = array("q", bytes(8 * (max_pred + 1)))
+        self.source_instances = array("q", bytes(8 * sources)) if sources else None
 
     def report(self, corpus: Corpus, vocab: Vocab) -> dict:
         unk = corpus.tokens.count(vocab.unk_id) if vocab.unk_id is not None else 0
@@ -496,6 +534,7 @@ class _Stats:
             "masked_tokens": sum(k * v for k, v in enumerate(self.masked)),
             "masked_count_histogram": {str(k): v for k, v in enumerate(self.masked) if v},
             "sequence_length_histogram": {str(k): v for k, v in enumerate(self.lengths) if v},
+            **({} if self.source_instances is None else {"instances_per_source": self.source_instances.tolist()}),
         }
 
 
@@ -540,7 +579,7 @@ def check_layout(layout: Layout, output_files: Sequence[str | os.PathLike],
     another layout's files have: `x.hdf5` in TFRecords) and of these options (a remask layout the instances may
     not fit), before anything is written. The names never choose the layout: it is given."""
     for path in output_files:
-        suffix = Path(path).suffix.lower()
+        suffix = layouts.suffix_of(path)
         other = next((o for o in layouts.LAYOUTS.values() if suffix in o.suffixes and o.file_kind != layout.file_kind),
                      None)
         if other is not None and suffix not in layout.suffixes:
@@ -553,7 +592,7 @@ def check_layout(layout: Layout, output_files: Sequence[str | os.PathLike],
 def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_files: Sequence[str],
                             index_files: Sequence[str | None] | None, opts: GenerationOptions, *,
                             layout: Layout = layouts.DEFAULT, overwrite: bool = False,
-                            progress: Progress | None = None) -> dict:
+                            progress: Progress | None = None, source_starts: Sequence[int] = ()) -> dict:
     """The original's whole run: instances written round-robin over `output_files`; returns stats.
 
     `index_files[i]` (or None) is the index of `output_files[i]`. The outputs are written in `layout`
@@ -567,6 +606,10 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     `progress(done, total)` counts the input's bytes, spread over the run's phases as their time is:
     reading the first 3 tenths, generating the next 5 (by documents of every dupe pass), writing the
     rest (by records) (2, 7 and 1 on the Python paths); one INFO line closes the run.
+
+    `source_starts`, for an input of several sources one after another (a mixture's sentence shard), are the
+    byte offsets where each one's documents start (`read_corpus`): the stats then count each source's
+    instances, `instances_per_source`. The instances are the same with or without.
     """
     outputs = [Path(p) for p in output_files]
     if not outputs:
@@ -585,9 +628,9 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     total = sum(_size(p) for p in input_files)
     read_tenths, generate_tenths = _TENTHS_PYTHON if reason else _TENTHS_COMPILED
     read_end, generate_end = total * read_tenths // 10, total * (read_tenths + generate_tenths) // 10
-    vocab, corpus = prepare(input_files, vocab_file, opts, part_of(progress, 0, read_end, total))
+    vocab, corpus = prepare(input_files, vocab_file, opts, part_of(progress, 0, read_end, total), source_starts)
     rng = random.Random(opts.random_seed)
-    stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq)
+    stats = _Stats(opts.max_seq_length, opts.max_predictions_per_seq, len(source_starts))
     dims = {SEQ: opts.max_seq_length, PRED: opts.max_predictions_per_seq}
     # A temporary of the first output: if this process is killed, the next write of that output removes it.
     spill_path = temp_path(outputs[0], "spill")
@@ -595,7 +638,7 @@ def write_pretraining_files(input_files: Sequence[str], vocab_file: str, output_
     try:
         # Every output's and index's temporary is opened first: one that cannot be written fails
         # before the work, and none is committed unless all are complete.
-        with layout.writers(outputs, indexes, dims, overwrite=overwrite) as writers, \
+        with layout.writers(outputs, indexes, dims, overwrite=overwrite, vocab=vocab) as writers, \
                 open(spill_path, "w+b", buffering=1 << 20) as spill:
             spill_instances(corpus, vocab, opts, rng, layout, spill, offsets, stats,
                             part_of(progress, read_end, generate_end, total))
@@ -642,7 +685,7 @@ def spill_instances(corpus: Corpus, vocab: Vocab, opts: GenerationOptions, rng: 
         masked[len(positions)] += 1
         random_next[is_random] += 1
 
-    generate(corpus, vocab, opts, rng, emit, progress)
+    generate(corpus, vocab, opts, rng, emit, progress, stats.source_instances)
 
 
 _SPILL_BATCH_BYTES = 1 << 20  # the compiled generator hands over whole documents' records in batches of ~1 MiB
@@ -653,6 +696,8 @@ def _spill_compiled(fast, compiled: dict, corpus: Corpus, vocab: Vocab, opts: Ge
     """spill_instances through `_speedups.Generator`: `generate` and the encoder `compiled` names (a layout's
     `compiled_arguments`) in C, on a copy of `rng`'s state."""
     doc_first, doc_len = _shuffled_documents(corpus, rng)
+    sources = {} if stats.source_instances is None else \
+        {"doc_source": _document_sources(corpus, doc_first), "source_instances": stats.source_instances}
     version, state, gauss = rng.getstate()
     generator = fast.Generator(
         tokens=corpus.tokens, sentence_starts=corpus.sentence_starts, doc_first=doc_first, doc_len=doc_len,
@@ -662,7 +707,7 @@ def _spill_compiled(fast, compiled: dict, corpus: Corpus, vocab: Vocab, opts: Ge
         do_whole_word_mask=opts.do_whole_word_mask, cls_id=vocab.cls_id, sep_id=vocab.sep_id,
         mask_id=vocab.mask_id, replacements=array("i", vocab.word_ids()), continuation=vocab.continuation_flags(),
         lengths=stats.lengths, masked=stats.masked, random_next=stats.random_next, misfit_error=PrepError,
-        **compiled)
+        **sources, **compiled)
     total = opts.dupe_factor * corpus.num_documents
     spill.flush()  # the generator writes to its descriptor, after whatever the file object holds
     fd = spill.fileno()
@@ -675,14 +720,14 @@ def _spill_compiled(fast, compiled: dict, corpus: Corpus, vocab: Vocab, opts: Ge
 
 def create_pretraining_file(input_files: list[str], vocab_file: str, output_file: str, index_file: str | None,
                             options: GenerationOptions, *, layout: Layout = layouts.DEFAULT, overwrite: bool = False,
-                            progress: Progress | None = None) -> dict:
+                            progress: Progress | None = None, source_starts: Sequence[int] = ()) -> dict:
     """All instances of `input_files` in one file (+ its `offset length` index, in a layout that has one);
     returns stats.
 
     The instances, their order and every feature equal those of google-research/bert's
     create_pretraining_data.py run with the same files, vocab, flags and seed (unless
-    `options.fixed_mask_count`), in `layout` (`write_pretraining_files`). Raises PrepError for bad
-    input; nothing is left half-written.
+    `options.fixed_mask_count`), in `layout` (`write_pretraining_files`, with `source_starts`). Raises PrepError
+    for bad input; nothing is left half-written.
     """
     return write_pretraining_files(input_files, vocab_file, [output_file], [index_file], options, layout=layout,
-                                   overwrite=overwrite, progress=progress)
+                                   overwrite=overwrite, progress=progress, source_starts=source_starts)

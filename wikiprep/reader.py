@@ -34,6 +34,7 @@ class RecordFiles:
     files: list[Path]
     dims: dict[str, int]
     description: dict = field(default_factory=dict)  # the folder's dataset.json, when it has one
+    vocab: Path | None = None       # the vocab.txt given, else the one beside the files (a layout of text tokens reads it)
 
 
 def find_record_files(folder: str | Path) -> list[Path]:
@@ -43,12 +44,12 @@ def find_record_files(folder: str | Path) -> list[Path]:
     if not folder.is_dir():
         raise PrepError(f"{folder}: not a folder")
     suffixes = layouts.suffixes()
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and layouts.suffix_of(p) in suffixes)
     if not files:
         raise PrepError(f"{folder}: no {', '.join('*' + s for s in suffixes[:-1])} or *{suffixes[-1]} files")
     kinds: dict[str, Path] = {}  # the first file of each kind, in the registry's order of kinds
     for layout in layouts.LAYOUTS.values():
-        first = next((p for p in files if p.suffix.lower() in layout.suffixes), None)
+        first = next((p for p in files if layouts.suffix_of(p) in layout.suffixes), None)
         if first is not None:
             kinds.setdefault(layout.file_kind, first)
     if len(kinds) > 1:
@@ -80,11 +81,20 @@ def _described_dims(description: dict) -> dict[str, int] | None:
         return None
 
 
-def open_records(path: str | Path) -> RecordFiles:
+def _vocab_beside(folder: Path, vocab: str | Path | None) -> Path | None:
+    """`vocab` when given, else the vocab.txt in `folder` when there is one."""
+    if vocab is not None:
+        return Path(vocab)
+    beside = folder / "vocab.txt"
+    return beside if beside.is_file() else None
+
+
+def open_records(path: str | Path, vocab: str | Path | None = None) -> RecordFiles:
     """The record files at `path` (a dataset folder, or one record file), their layout and dims.
 
     In a folder, the description's layout and dimensions win over the first file's (a record of other
-    dimensions then fails to read, naming it); one file is described by itself alone.
+    dimensions then fails to read, naming it); one file is described by itself alone. `vocab`: the vocab.txt
+    to read tokens held as text with (default: the one in the folder, or beside the file).
     """
     path = Path(path)
     if path.is_dir():
@@ -97,13 +107,14 @@ def open_records(path: str | Path) -> RecordFiles:
     layout, dims = layouts.of_file(files[0])
     named = layouts.described(description)
     if named is not None:
-        if files[0].suffix.lower() not in named.suffixes:
+        if layouts.suffix_of(files[0]) not in named.suffixes:
             raise PrepError(f"{path}: its description says {named.title}, but it holds {files[0].name}")
         layout = named
-    return RecordFiles(path, layout, files, _described_dims(description) or dims, description)
+    return RecordFiles(path, layout, files, _described_dims(description) or dims, description,
+                       _vocab_beside(path if path.is_dir() else path.parent, vocab))
 
 
-def dataset_file(path: str | Path) -> RecordFiles:
+def dataset_file(path: str | Path, vocab: str | Path | None = None) -> RecordFiles:
     """One record file of a dataset folder, read as `open_records(folder)` reads it, from the folder's
     dataset.json alone (its dimensions, its layout): what the writer of a shard reads its own shard back
     with, the other shards written or not, an empty shard as well. PrepError when the folder has no dataset.json."""
@@ -112,7 +123,8 @@ def dataset_file(path: str | Path) -> RecordFiles:
     dims = _described_dims(description)
     if dims is None:
         raise PrepError(f"{path.parent / 'dataset.json'}: missing or without the dataset's dimensions")
-    return RecordFiles(path, layouts.from_description(description), [path], dims, description)
+    return RecordFiles(path, layouts.from_description(description), [path], dims, description,
+                       _vocab_beside(path.parent, vocab))
 
 
 def batches(records: RecordFiles) -> Iterator[tuple[Path, dict]]:
@@ -131,11 +143,11 @@ def file_batches(records: RecordFiles, path: Path, *, tensorflow: bool = True) -
     `parse_example` gives) and imports TensorFlow only from the first batch that decoder does not take (records
     in another form than the plain one, or a damaged file, whose error is then TensorFlow's, as with True). For
     a shard's writer reading back its own shard: TensorFlow's import costs 3-5 CPU-s, in each shard's process."""
-    return records.layout.batches(path, records.dims, tensorflow=tensorflow)
+    return records.layout.batches(path, records.dims, tensorflow=tensorflow, vocab=records.vocab)
 
 
 def file_instances(records: RecordFiles, path: Path, n: int) -> Iterator[tuple[str, dict]]:
     """('record i (B bytes)' or 'instance i', {feature: values}) of the first `n` instances of one file of
     `records`, in the standard layout (BERT_INSTANCE's features, padded), read without TensorFlow: the records
     as they are, whichever tool wrote them."""
-    return records.layout.instances(path, records.dims, n)
+    return records.layout.instances(path, records.dims, n, vocab=records.vocab)

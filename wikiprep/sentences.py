@@ -22,7 +22,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO_UC, PunktParameters,
                                  PunktSentenceTokenizer)
@@ -30,6 +30,7 @@ from nltk.tokenize.punkt import (_ORTHO_BEG_LC, _ORTHO_LC, _ORTHO_MID_UC, _ORTHO
 from shardkit.atomic import atomic_dir, atomic_write, write_json
 from shardkit.errors import PrepError
 from shardkit.progress import Progress, Stage, throttle
+from shardkit.verified import open_committed, read_committed
 
 from .corpus import Document
 from .punkt_regex import SPACE, PlainRegexLanguageVars, PlainRegexToken
@@ -350,6 +351,78 @@ class PunktSplitter(PunktSentenceTokenizer):
         return "unknown"
 
 
+# Languages written without spaces between sentences: a sentence ends at a full stop, exclamation or question
+# mark of the CJK scripts, with nothing after it (`SpacelessSplitter`). Wikimedia's codes (a dump's xml:lang):
+# Chinese and its Wikipedias (Cantonese, Wu, Gan, Classical Chinese) and Japanese.
+SPACELESS_LANGUAGES = frozenset({"zh", "ja", "yue", "wuu", "gan", "lzh", "zh-yue", "zh-classical", "zh-hans",
+                                 "zh-hant", "zh-cn", "zh-tw", "zh-hk", "zh-sg", "zh-mo", "zh-my"})
+
+# The characters that end a sentence in those scripts: the ideographic full stop and its half-width form, the
+# full-width exclamation and question marks; and the full-width full stop (the period of Japanese technical
+# writing), but not between digits, where it is a decimal point.
+_SPACELESS_ENDS = "\u3002\uff61\uff01\uff1f"
+_FULL_WIDTH_STOP = "(?<![0-9\uff10-\uff19])\uff0e(?![0-9\uff10-\uff19])"
+# Closing quotes and brackets, ASCII and full-width: they stay with the sentence they close.
+SENTENCE_CLOSERS = ("\"')]}\u2019\u201d\u00bb\u203a\u300d\u300f\uff09\u3011\u3015\u3009\u300b\u3017\u3019"
+                    "\u301b\u301e\u301f\uff3d\uff5d\uff63\uff02\uff07")
+_CLOSERS = "[" + re.escape(SENTENCE_CLOSERS) + "]*"
+# A character of the CJK scripts (CJK punctuation, kana, Han, full-width forms): an ASCII "!" or "?" right
+# before one (closers between) ends a sentence too; before whitespace, Punkt decides.
+_CJK_CHAR = "[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\U00020000-\U0003134f]"
+_SPACELESS_END = re.compile(f"(?:[{_SPACELESS_ENDS}]|{_FULL_WIDTH_STOP}|[!?](?={_CLOSERS}{_CJK_CHAR}))"
+                            f"[{_SPACELESS_ENDS}\uff0e!?]*{_CLOSERS}")
+
+
+# A language code as Wikimedia writes them (xml:lang): "en", "zh", "zh-yue", "be-tarask". It becomes part of a
+# folder's name (`split_name`), so nothing else is taken.
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{1,8})*")
+
+
+def check_language(language: str) -> str:
+    """`language` as a code (lower case); PrepError unless it is one, such as "zh", "ja" or "zh-yue"."""
+    code = language.strip().lower()
+    if not _LANGUAGE_CODE.fullmatch(code):
+        raise PrepError(f"--language {language!r}: expected a language code such as en, zh, ja or zh-yue")
+    return code
+
+
+def is_spaceless(language: str | None) -> bool:
+    """Whether `language` (a code such as "zh", "ja", "zh-yue"; any case) is written without spaces between sentences."""
+    return language is not None and language.lower() in SPACELESS_LANGUAGES
+
+
+def is_english(language: str | None) -> bool:
+    """Whether `language` is English or not known (None): the sentences and datasets made before languages were."""
+    return language is None or language.lower().split("-")[0] == "en"
+
+
+class SpacelessSplitter:
+    """Sentence splitting for Chinese and Japanese: a sentence ends after a run of CJK end marks (`。！？｡`, `．`
+    but between digits, and an ASCII "!" or "?" right before a CJK character), the closing quotes and
+    brackets after it kept with it; inside each such piece, Punkt splits the rest (runs of Latin script,
+    where "." and whitespace end sentences). An end mark with nothing after it in the paragraph needs no cut."""
+
+    def __init__(self, punkt: PunktSplitter):
+        self.punkt = punkt
+
+    def tokenize(self, text: str) -> list[str]:
+        out = []
+        start = 0
+        for match in _SPACELESS_END.finditer(text):
+            end = match.end()
+            if end < len(text) and not text[end:].isspace():
+                out += self.punkt.tokenize(text[start:end])
+                start = end
+        out += self.punkt.tokenize(text[start:])
+        return out
+
+
+def sentence_splitter(punkt: PunktSplitter, language: str | None) -> PunktSplitter | SpacelessSplitter:
+    """The splitter of a corpus in `language`: Punkt alone, or for a language written without spaces between
+    sentences (`is_spaceless`) its end marks first, then Punkt."""
+    return SpacelessSplitter(punkt) if is_spaceless(language) else punkt
+
+
 def stable_hash(*parts) -> int:
     """64 bits of the sha256 of the parts joined by ":": the same on every run, machine and Python hash seed.
 
@@ -365,9 +438,12 @@ def shard_of(seed: int, page_id: int, num_shards: int) -> int:
     return stable_hash(seed, page_id) % num_shards
 
 
-def split_name(num_shards: int, seed: int, min_chars: int) -> str:
-    """The folder name of one way of splitting a dump into sentence shards, e.g. 'n256_seed12345_min200'."""
-    return f"n{num_shards}_seed{seed}_min{min_chars}"
+def split_name(num_shards: int, seed: int, min_chars: int, language: str | None = None) -> str:
+    """The folder name of one way of splitting a dump into sentence shards, e.g. 'n256_seed12345_min200', or
+    'n256_seed12345_min200_ja' for a language given by hand (`--language`): other sentences than the
+    corpus' own language gives, in a folder of their own."""
+    name = f"n{num_shards}_seed{seed}_min{min_chars}"
+    return name if language is None else f"{name}_{language}"
 
 
 # Punkt learns abbreviations, collocations and sentence starters from counts; a few hundred
@@ -444,7 +520,7 @@ def train_punkt(sample: list[str], out_path: str | Path, *, source: str = "the e
 def load_punkt(path: str | Path) -> PunktSplitter:
     path = Path(path)
     try:
-        model = json.loads(path.read_text(encoding="utf-8"))
+        model = json.loads(read_committed(path).decode("utf-8"))
         params = PunktParameters()
         params.abbrev_types = set(model["abbrev_types"])
         params.collocations = {tuple(c) for c in model["collocations"]}
@@ -458,7 +534,7 @@ def load_punkt(path: str | Path) -> PunktSplitter:
     return PunktSplitter(params)
 
 
-def document_sentences(paragraphs: list[str], splitter: PunktSentenceTokenizer) -> list[str]:
+def document_sentences(paragraphs: list[str], splitter: PunktSentenceTokenizer | SpacelessSplitter) -> list[str]:
     """The sentences of a document, each with its whitespace made single spaces, empty ones dropped."""
     out = []
     for paragraph in paragraphs:
@@ -480,38 +556,72 @@ def bucket_name(shard: int) -> str:
     return f"bucket_{shard:05d}.txt"
 
 
-def split_piece(documents: Iterable[Document], punkt_path: str | Path, out_dir: str | Path, *, num_shards: int,
-                seed: int, size: int = 0, progress: Progress | None = None) -> dict:
+class _Buckets:
+    """The `num_shards` bucket files of one split, written with at most one file open at a time, whatever the
+    number of shards: each bucket's text is held in memory and appended to its file (opened, written, closed) when
+    all of it held reaches FLUSH_CHARS, and at the end. Thousands of shards thus need no open-file limit above the
+    usual 1,024, and memory stays bounded; the bytes are those of one file per shard written in order."""
+
+    FLUSH_CHARS = 16 << 20
+
+    def __init__(self, folder: Path, num_shards: int):
+        self.paths = [folder / bucket_name(i) for i in range(num_shards)]
+        self.held: list[list[str]] = [[] for _ in range(num_shards)]
+        self.chars = 0
+        for path in self.paths:  # every bucket exists, an empty one too
+            path.touch()
+
+    def write(self, shard: int, text: str) -> None:
+        self.held[shard].append(text)
+        self.chars += len(text)
+        if self.chars >= self.FLUSH_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        for path, held in zip(self.paths, self.held):
+            if held:
+                with open(path, "a", encoding="utf-8", newline="\n") as f:
+                    f.write("".join(held))
+                held.clear()
+        self.chars = 0
+
+
+def split_piece(documents: Iterable[Document], punkt_path: str | Path | None, out_dir: str | Path, *, num_shards: int,
+                seed: int, size: int = 0, language: str | None = None, progress: Progress | None = None) -> dict:
     """Sentence-split the documents of one piece into `num_shards` bucket files, committed as one folder.
 
-    A document goes to bucket `shard_of(seed, id, num_shards)`; one the source dropped, or with no
-    sentence, is counted by reason. `progress(done, total)` counts the bytes of the piece read, of `size`."""
+    The splitter is the corpus' `language`'s (`sentence_splitter`). A document goes to bucket
+    `shard_of(seed, id, num_shards)`; one the source dropped, or with no sentence, is counted by reason. A
+    document whose paragraphs are already sentences (`split` False) is not split again; `punkt_path` None when
+    no document needs splitting. `progress(done, total)` counts the bytes of the piece read, of `size`."""
     stage = Stage(log, f"split {Path(out_dir).name}")
     progress = throttle(progress)
-    splitter = load_punkt(punkt_path)
+    splitter = None if punkt_path is None else sentence_splitter(load_punkt(punkt_path), language)
     dropped: Counter = Counter()
     documents_kept = sentences = 0
     per_shard = [0] * num_shards
     if progress is not None:
         progress(0, size)
     with atomic_dir(out_dir) as tmp:
-        files = [open(tmp / bucket_name(i), "w", encoding="utf-8", newline="\n") for i in range(num_shards)]
-        try:
-            for doc in documents:
-                if progress is not None:
-                    progress(doc.read, size)
+        buckets = _Buckets(tmp, num_shards)
+        for doc in documents:
+            if progress is not None:
+                progress(doc.read, size)
+            if not doc.split:
+                lines = doc.paragraphs
+            elif splitter is None:
+                raise ValueError(f"document {doc.id} needs splitting, and no sentence model was given")
+            else:
                 lines = document_sentences(doc.paragraphs, splitter) if doc.paragraphs else []
-                if not lines:
-                    dropped[doc.dropped or "no_sentences"] += 1
-                    continue
-                shard = shard_of(seed, doc.id, num_shards)
-                files[shard].write("\n".join(lines) + "\n\n")
-                documents_kept += 1
-                sentences += len(lines)
-                per_shard[shard] += 1
-        finally:
-            for f in files:
-                f.close()
+            if not lines:
+                dropped[doc.dropped or "no_sentences"] += 1
+                continue
+            shard = shard_of(seed, doc.id, num_shards)
+            buckets.write(shard, "\n".join(lines) + "\n\n")
+            documents_kept += 1
+            sentences += len(lines)
+            per_shard[shard] += 1
+        buckets.flush()
     if progress is not None:
         progress(size, size)
     stage.finish(documents_kept, "documents", size)
@@ -569,22 +679,33 @@ def check_shard(shard: int, num_shards: int) -> None:
         raise PrepError(f"--shard {shard}: must be from 0 to {num_shards - 1} (--num-shards {num_shards})")
 
 
-def merge_shard(bucket_paths: list[str | Path], out_path: str | Path, progress: Progress | None = None) -> dict:
+def merge_shard(bucket_paths: list[str | Path], out_path: str | Path, progress: Progress | None = None,
+                sources: Sequence[int] | None = None) -> dict:
     """Concatenate one bucket of every part, in the given (part) order, into a sentence shard.
 
     Shard i is `bucket_name(i)` of every split in dump order: whatever merges it, alone or
     beside any others, writes the same bytes. Returns its documents and sentences.
-    `progress(done, total)` counts the bytes of the buckets copied, bucket by bucket."""
+    `progress(done, total)` counts the bytes of the buckets copied, bucket by bucket. For a shard of
+    several sources (a mixture), `sources` gives the source of each bucket (0, 1, ..., each source's buckets
+    together, in order) and the result `source_starts` too: the byte offset where each source starts
+    (`instances.read_corpus`)."""
     stage = Stage(log, f"merge {Path(out_path).name}")
     progress = throttle(progress)
     sizes = [_size(p) for p in bucket_paths]
     total = sum(sizes)
     documents = sentences = done = 0
+    source_starts = []
     with atomic_write(out_path, "wb") as out:
-        for path, size in zip(bucket_paths, sizes):
+        for n, (path, size) in enumerate(zip(bucket_paths, sizes)):
             if progress is not None:
                 progress(done, total)
-            with open(path, "rb") as f:
+            while sources is not None and len(source_starts) <= sources[n]:
+                source_starts.append(done)
+            try:
+                f = open_committed(path)  # a bucket is checked against its split's receipt as it is copied
+            except FileNotFoundError:
+                raise PrepError(f"{path}: sentence bucket not found (its piece's split was removed?)") from None
+            with f:
                 for line in f:
                     out.write(line)
                     if line == b"\n":
@@ -595,4 +716,5 @@ def merge_shard(bucket_paths: list[str | Path], out_path: str | Path, progress: 
     if progress is not None:
         progress(total, total)
     stage.finish(documents, "documents", total)
-    return {"documents": documents, "sentences": sentences}
+    return {"documents": documents, "sentences": sentences,
+            **({} if sources is None else {"source_starts": source_starts})}

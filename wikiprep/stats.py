@@ -19,19 +19,22 @@ from collections import Counter
 from pathlib import Path
 
 from shardkit.plots import figure
-from shardkit.report import Html, Report, details, facts, page, paragraph, row, section, status, table, tag
-from shardkit.atomic import sha256_file, write_json, write_text
+from shardkit.report import Html, Report, Section, details, facts, page, paragraph, row, section, status, table, tag
+from shardkit.atomic import make_parent_folder, sha256_file, write_json, write_text
 from shardkit.errors import PrepError
 from shardkit.manifest import manifest_status, status_words
 from shardkit.progress import Progress, Stage, throttle
 
 from . import layouts
+from .dataset import DESCRIPTION
 from .reader import RecordFiles, file_batches, open_records
 from .schema import PRED, SEQ
 from .tokenization import CLS, PAD, SEP, UNK, Vocab
 
 log = logging.getLogger(__name__)
 
+# What a dataset folder holds from its start: a report without MANIFEST.json beside it is of an unfinished one.
+STARTED_BY = (DESCRIPTION,)
 TOP_TOKENS = 30       # the commonest tokens and masked tokens listed
 SHOWN_INSTANCES = 5   # decoded in the report
 
@@ -74,11 +77,58 @@ def dataset_stats(folder: str | Path, progress: Progress | None = None, *, name:
     stage.finish(records, "records", sum(part["bytes"] for part in parts))
     st = merge_file_stats(parts, found, vocab)
     shown = st.pop("instances")  # last, after the folder's own figures
+    corpus = _corpus_figures(folder)
     return {"folder": name if name is not None else str(folder), **st,
             "vocab": _vocab_status(vocab_path, found.description),
             "manifest": manifest_status(folder, {part["file"]: part["records"] for part in parts}, name,
-                                         known_files),
+                                         known_files, started_by=STARTED_BY),
+            **({"corpus": corpus} if corpus else {}),
             "instances": shown}
+
+
+def _corpus_figures(folder: Path) -> dict | None:
+    """The corpus' own figures its dataset's stats.json holds (files skipped, documents per source of a
+    mixture: `dataset.finalize`'s `corpus`), or None (a Wikipedia dataset, a bare record file)."""
+    try:
+        held = json.loads((folder / "stats.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    corpus = held.get("corpus") if isinstance(held, dict) else None
+    return corpus if isinstance(corpus, dict) else None
+
+
+def _corpus_text(corpus: dict | None) -> list[str]:
+    """The report.txt lines of a corpus' own figures (none without them)."""
+    if not corpus:
+        return []
+    lines = [""]
+    for s in corpus.get("sources", []):
+        lines.append(f"source {s['source']} ({s['kind']}, repeat {s['repeat']}): {s['documents']} documents, "
+                     f"{s['sentences']} sentences" + (f", {s['instances']} instances" if "instances" in s else ""))
+    if "skipped_files" in corpus:
+        counts = ", ".join(f"{n} {reason}" for reason, n in corpus["skipped_files"].items())
+        lines.append(f"skipped files       {counts}")
+        lines += [f"  {f['path']}: {f['detail']}" for f in corpus.get("skipped", [])]
+    return lines
+
+
+def _corpus_section(corpus: dict) -> Section:
+    parts = [paragraph("What the corpus' own steps counted (stats.json, \"corpus\").")]
+    sources = corpus.get("sources")
+    if sources:
+        # Instances per source where the shards counted them (a mixture's, merged since they do).
+        counted = ["documents", "sentences"] + (["instances"] if all("instances" in s for s in sources) else [])
+        parts.append(table(["source", "kind", "repeat", *counted],
+                           [[s["source"], s["kind"], s["repeat"], *(s[k] for k in counted)] for s in sources],
+                           "Documents, sentences and instances per source (times its repeat; an instance is its "
+                           "segment A's source's)" if "instances" in counted else
+                           "Documents and sentences per source (times its repeat)"))
+    if "skipped_files" in corpus:
+        parts.append(table(["reason", "files"], list(corpus["skipped_files"].items()), "Files skipped, by reason"))
+        if corpus.get("skipped"):
+            parts.append(table(["file", "why"], [[f["path"], f["detail"]] for f in corpus["skipped"]],
+                               "The files skipped", scroll=len(corpus["skipped"]) > 16))
+    return section("Corpus", *parts)
 
 
 def file_stats(found: RecordFiles, path: Path, vocab: Vocab | None, *, tensorflow: bool = True) -> dict:
@@ -342,6 +392,7 @@ def stats_report_text(st: dict) -> str:
         "",
         "commonest tokens:        " + " ".join(_token_name(t) for t in st["top_tokens"][:15]),
         "commonest masked tokens: " + " ".join(_token_name(t) for t in st["top_masked_tokens"][:15]),
+        *_corpus_text(st.get("corpus")),
     ]
     return "\n".join(lines) + "\n"
 
@@ -549,8 +600,7 @@ def report_html(st: dict) -> tuple[str, Report]:
         "Dataset",
         paragraph("What made these records: the folder's dataset.json (its content parameters), the vocabulary "
                   "beside the records, and MANIFEST.json checked file by file as wikiprep verify checks it."),
-        table(["parameter", "value"], [[k, v if isinstance(v, str) else json.dumps(v)]
-                                       for k, v in sorted(params.items())], "dataset.json")
+        table(["parameter", "value"], [[k, _parameter_value(v)] for k, v in sorted(params.items())], "dataset.json")
         if params else paragraph("No dataset.json beside the records: the dimensions come from the records."),
         facts([("vocab.txt", vocab["file"] or "none beside the records"),
                ("vocab sha256", vocab["sha256"] or "—"),
@@ -626,7 +676,21 @@ def report_html(st: dict) -> tuple[str, Report]:
     title = f"BERT dataset {st['folder']}"
     lead = (f"{n:,} instances of {layouts.get(st['format']).title} records, seq {seq}, {pred} predictions. "
             f"Figures from reading every record; stats.json holds every number shown.")
-    return page(title, [summary, dataset, lengths, segments, masks, shards, tokens, instances], lead), rep
+    sections = [summary, dataset, lengths, segments, masks, shards, tokens, instances]
+    if st.get("corpus"):
+        sections.insert(2, _corpus_section(st["corpus"]))
+    return page(title, sections, lead), rep
+
+
+def _parameter_value(value) -> str:
+    """A dataset.json value as the report's table shows it: as it is, but a long table (a text corpus' files,
+    a mixture's sources) by its size alone."""
+    if isinstance(value, str):
+        return value
+    text = json.dumps(value)
+    if isinstance(value, (dict, list)) and len(text) > 200:
+        return f"{len(value)} entries (dataset.json holds them)"
+    return text
 
 
 def _zip_buckets(a: dict[str, int], b: dict[str, int], seq: int):
@@ -647,15 +711,14 @@ def write_report(folder: str | Path, out: str | Path, *, overwrite: bool = False
     `known_files`: what the writers of its files already know (all three as `dataset_stats`'s);
     `progress(done, total)` counts the record files read.
 
-    `overwrite` replaces a report already there (the command line); without it an existing one is
-    kept when identical and refused when not (`shardkit.atomic`).
+    `overwrite` replaces a report already there (the command line, which first refuses an `out` in or holding a
+    dataset: `shardkit.manifest.check_report_folder`); without it an existing one is kept when identical and
+    refused when not (`shardkit.atomic`).
     """
     folder, out = Path(folder), Path(out)
-    if out.resolve() == folder.resolve():
-        raise PrepError(f"--out {out}: choose a report folder other than the dataset itself")
     st = dataset_stats(folder, progress, name=name, read_back=read_back, known_files=known_files)
     html_text, rep = report_html(st)
-    out.mkdir(parents=True, exist_ok=True)
+    make_parent_folder(out / "stats.json")
     write_json(out / "stats.json", st, overwrite=overwrite)
     text = stats_report_text(st)
     write_text(out / "report.txt", text, overwrite=overwrite)

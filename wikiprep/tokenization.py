@@ -27,6 +27,7 @@ from array import array
 from pathlib import Path
 
 from shardkit.errors import PrepError
+from shardkit.verified import open_committed
 
 UNK, CLS, SEP, MASK, PAD = "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[PAD]"
 MAX_INPUT_CHARS_PER_WORD = 200
@@ -100,6 +101,13 @@ def _strip_accents(text: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFD", text) if category(ch) != "Mn")
 
 
+# A vocabulary is read whole into memory (its tokens, ids and the tokenizer's tables), so it is bounded: BERT's
+# vocabularies have 30,522 tokens (~230 KB), multilingual BERT's 119,547 (~1 MB); these caps are far above any real
+# WordPiece vocabulary, and keep the memory a vocabulary takes to a few hundred MB at most.
+MAX_VOCAB_BYTES = 16 << 20
+MAX_VOCAB_TOKENS = 1 << 20
+
+
 class Vocab:
     """A BERT vocab.txt: one token per line, id = line number; the one place a vocabulary is checked.
 
@@ -117,20 +125,32 @@ class Vocab:
     def __init__(self, path: str | Path, require_unk: bool = False):
         self.path = Path(path)
         try:
-            data = self.path.read_bytes()
+            with open_committed(self.path) as f:  # a trained vocabulary is checked against its receipt
+                data = f.read(MAX_VOCAB_BYTES + 1)  # never more: a file of gigabytes is refused, not read whole
         except FileNotFoundError:
             raise PrepError(f"{self.path}: vocabulary file not found") from None
         except OSError as e:
             raise PrepError(f"{self.path}: cannot read the vocabulary file ({e.strerror})") from None
+        if len(data) > MAX_VOCAB_BYTES or data.count(b"\n") > MAX_VOCAB_TOKENS:
+            raise PrepError(f"{self.path}: larger than a vocabulary may be ({MAX_VOCAB_BYTES >> 20} MiB, "
+                            f"{MAX_VOCAB_TOKENS:,} tokens): not a WordPiece vocabulary")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise PrepError(f"{self.path}: vocabulary file is not UTF-8 (byte {e.start})") from None
-        if "\r" in text:
-            text = text.replace("\r", "")  # GFile.readline drops every '\r'
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()  # the newline ending the last line; readline() gives no extra line
+        # Whether the vocabulary says how text is cased for it: None for a vocab.txt, which does not.
+        self.lowercase: bool | None = None
+        if text.lstrip().startswith("{"):  # a Hugging Face tokenizer.json holding a WordPiece vocabulary
+            lines, self.lowercase = _tokenizer_json_vocab(self.path, text)
+            data = "".join(token + "\n" for token in lines).encode("utf-8")
+        else:
+            if "\r" in text:
+                text = text.replace("\r", "")  # GFile.readline drops every '\r'
+            lines = text.split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()  # the newline ending the last line; readline() gives no extra line
+        # The vocabulary as a vocab.txt: what a dataset keeps beside its records (the file's own bytes for one).
+        self.vocab_txt: bytes = data
         self.id_to_token: list[str] = [line.strip() for line in lines]
         # A token listed twice keeps its first place and takes its last id, as OrderedDict assignment does.
         self.ids: dict[str, int] = {token: index for index, token in enumerate(self.id_to_token)}
@@ -144,6 +164,14 @@ class Vocab:
         self.cls_id, self.sep_id, self.mask_id = self.ids[CLS], self.ids[SEP], self.ids[MASK]
         self.unk_id: int | None = self.ids.get(UNK)
         self.size = len(self.id_to_token)
+
+    def check_case(self, do_lower_case: bool, flag: str) -> None:
+        """PrepError when the vocabulary says how text is cased for it (a tokenizer.json's normalizer) and
+        `do_lower_case` (given as `flag`) disagrees: a cased vocabulary fed lower-cased text, or the reverse."""
+        if self.lowercase is not None and self.lowercase != do_lower_case:
+            says = "lower-cases" if self.lowercase else "keeps case (a cased vocabulary)"
+            raise PrepError(f"{self.path}: its normalizer {says}, but {flag} is {str(do_lower_case).lower()}: "
+                            f"give {flag} {str(self.lowercase).lower()}")
 
     @classmethod
     def load(cls, path: str | Path, require_unk: bool = False) -> Vocab:
@@ -172,6 +200,36 @@ class Vocab:
     def tokens(self, ids) -> list[str]:
         table = self.id_to_token
         return [table[i] if 0 <= i < len(table) else f"<{i}>" for i in ids]
+
+
+def _tokenizer_json_vocab(path: Path, text: str) -> tuple[list[str], bool | None]:
+    """The tokens of a Hugging Face `tokenizer.json`'s WordPiece model in id order, and whether its normalizer
+    lower-cases (BertNormalizer's `lowercase`, or a Lowercase step; None when it says neither). PrepError for
+    any other model type or a vocabulary whose ids are not 0 to N-1."""
+    import json
+
+    try:
+        spec = json.loads(text)
+        model = spec["model"]
+        kind = model.get("type")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise PrepError(f"{path}: neither a vocab.txt nor a Hugging Face tokenizer.json with a model") from None
+    if kind != "WordPiece":
+        raise PrepError(f"{path}: a tokenizer.json of model type {kind!r}: only a WordPiece vocabulary (BERT's) "
+                        f"can be used")
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict) or sorted(vocab.values()) != list(range(len(vocab))):
+        raise PrepError(f"{path}: its WordPiece vocabulary does not number its tokens 0 to N-1")
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    normalizer = spec.get("normalizer") or {}
+    steps = normalizer.get("normalizers", [normalizer]) if normalizer.get("type") == "Sequence" else [normalizer]
+    lowercase = None
+    for step in steps:
+        if step.get("type") == "BertNormalizer":
+            lowercase = bool(step.get("lowercase", True))
+        elif step.get("type") == "Lowercase":
+            lowercase = True
+    return tokens, lowercase
 
 
 @functools.lru_cache(maxsize=4)

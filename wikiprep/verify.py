@@ -107,6 +107,7 @@ def _verify(path: Path, each_file, progress: Progress | None) -> dict:
             expected = listed[rel].get("records")
             if expected is not None and expected != counts[file]:
                 raise PrepError(f"{file}: {counts[file]} records but {MANIFEST} says {expected}")
+        records.layout.check_counts(counts)  # its readers' rules about the counts (LDDL's balance)
         stats_path = path / "stats.json"
         if stats_path.is_file():
             try:
@@ -133,7 +134,7 @@ def _verify(path: Path, each_file, progress: Progress | None) -> dict:
             raise PrepError(f"{file}: {n} records read, the {'index' if records.layout.indexed else 'file'} "
                             f"lists {counts[file]}")
     return {"files": len(files), "records": sum(parsed.values()), **records.dims, "layout": records.layout.name,
-            "manifest": with_manifest, "bytes": total}
+            "manifest": with_manifest, "bytes": sum(sizes.values())}  # the records' bytes, once (not hashed + parsed)
 
 
 def _parse(records: RecordFiles, file: Path) -> int:

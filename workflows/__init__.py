@@ -19,7 +19,10 @@ from luigi.cmdline_parser import CmdlineParser
 from .base import PrepTask, ReceiptTarget, setup
 from .demo import DEMO_DATE, DEMO_WIKI, Demo, DemoSamples
 from .imagenet import ImageNet, ImageNetPlan, ImageNetShard
+from .mix import PretrainMix128, PretrainMix384, PretrainMix512, SlurmMixStage128, SlurmMixStage384, SlurmMixStage512
 from .slurm import SlurmStage128, SlurmStage384, SlurmStage512
+from .text import (PretrainText128, PretrainText384, PretrainText512, SlurmTextStage128, SlurmTextStage384,
+                   SlurmTextStage512)
 from .train import TrainBert, TrainImageNet
 from .wiki import (DownloadDump, DownloadPart, ExtractPart, Pretrain128, Pretrain384, Pretrain512, PretrainDataset,
                    PretrainShard, SentenceShard, SentenceShards, SplitDump, SplitPart, TrainPunkt, TrainVocab)
@@ -29,7 +32,10 @@ __all__ = ["PrepTask", "ReceiptTarget", "DEMO_DATE", "DEMO_WIKI", "Demo", "DemoS
            "ImageNetShard", "TrainBert", "TrainImageNet", "DownloadDump", "DownloadPart", "ExtractPart", "Pretrain128",
            "Pretrain384", "Pretrain512", "PretrainDataset", "PretrainShard", "SentenceShard", "SentenceShards",
            "SplitDump", "SplitPart", "TrainPunkt", "TrainVocab", "SlurmStage128", "SlurmStage384", "SlurmStage512",
-           "ClusterWorker", "setup"]
+           "ClusterWorker", "setup", "PretrainText128", "PretrainText384", "PretrainText512",
+           "SlurmTextStage128", "SlurmTextStage384", "SlurmTextStage512",
+           "PretrainMix128", "PretrainMix384", "PretrainMix512",
+           "SlurmMixStage128", "SlurmMixStage384", "SlurmMixStage512"]
 
 
 def _imported_by_luigi_command_line() -> bool:

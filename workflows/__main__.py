@@ -15,7 +15,8 @@ from pathlib import Path
 
 USAGE = ("usage: python -m workflows summary DEMO_DIR\n"
          "       python -m workflows slurm-plan Pretrain128|Pretrain384|Pretrain512 [LUIGI PARAMETERS]\n"
-         "       python -m workflows plan [--all] Pretrain128|Pretrain384|Pretrain512 [LUIGI PARAMETERS]")
+         "       python -m workflows plan [--all] Pretrain128|Pretrain384|Pretrain512 [LUIGI PARAMETERS]\n"
+         "       python -m workflows --version")
 
 
 def _dataset(command: str, argv: list[str]):
@@ -74,6 +75,11 @@ def dry_run(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--version"]:
+        from shardkit.cli import version_text
+
+        print(version_text("workflows"))
+        return 0
     if len(argv) >= 2 and argv[0] == "slurm-plan":
         return slurm_plan(argv[1:])
     if len(argv) >= 2 and argv[0] == "plan":

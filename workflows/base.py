@@ -24,13 +24,14 @@ from pathlib import Path
 
 import luigi
 
-from shardkit.atomic import (atomic_dir, read_dir_receipt, read_receipt, receipt_path, remove_output,
-                             write_dir_receipt)
+from shardkit.atomic import (atomic_dir, is_file_receipt, is_folder_receipt, read_dir_receipt, read_receipt,
+                             receipt_path, remove_output, write_dir_receipt)
 from shardkit.cli import error_line
 from shardkit.errors import PrepError
 from shardkit.manifest import REPORT_DIR
 from shardkit.progress import Progress, status, throttle
 from shardkit.signals import Terminated, raise_on_sigterm
+from shardkit.verified import check_file
 
 from . import channel, console
 
@@ -265,6 +266,10 @@ class BoolParameter(_FlagNamed, luigi.BoolParameter):
     expected = "true or false"
 
 
+class OptionalParameter(_FlagNamed, luigi.OptionalParameter):
+    """A text or none; a subclass checks the text in `normalize` (raising `self._error`)."""
+
+
 class ChoiceParameter(_FlagNamed, luigi.ChoiceParameter):
     """One of `choices`, named in the error in the order given (Luigi keeps them as a set)."""
 
@@ -273,33 +278,63 @@ class ChoiceParameter(_FlagNamed, luigi.ChoiceParameter):
         self.expected = " or ".join(choices)
 
 
+class MalformedReceipt(PrepError):
+    """A receipt that parses but has not the shape its writer gives: read where a task that trusts it reads it."""
+
+
 class ReceiptTarget(luigi.Target):
     """Complete when `path` (a file or a folder) has a receipt that still matches it.
+
+    `keys` are the receipt's own keys that the tasks after this one read (`stats`, ...), each with its JSON
+    type (dict, list, str, int): a receipt without one, or with one of another type, is no receipt, as is one
+    without the shape `shardkit.atomic` gives every receipt (an object with the size and sha256, or a folder's
+    files): the task runs again, its output is made again and compared with what is there (identical: kept,
+    and the receipt replaced), never a traceback where the receipt is read.
 
     An output whose receipt says it was committed but which no longer matches it (removed, truncated,
     a file of a folder missing: `damage`) is damaged: before its task runs again it is removed
     (`remove_damaged`, on Luigi's START event), so that the rerun writes it afresh instead of finding a
     different file in its place. Only what a receipt proves this pipeline wrote is ever removed."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, keys: dict[str, type] | None = None):
         self.path = Path(path)
+        self.keys = keys or {}
+
+    def _has_keys(self, receipt: dict | None) -> bool:
+        """`receipt` is one (not None) and holds every one of `keys` with its type (True is not an int here)."""
+        return receipt is not None and all(
+            isinstance(receipt.get(key), kind) and (kind is bool or not isinstance(receipt.get(key), bool))
+            for key, kind in self.keys.items())
 
     def exists(self) -> bool:
         if self.path.is_dir():
-            return read_dir_receipt(self.path) is not None
-        return read_receipt(self.path) is not None
+            return self._has_keys(read_dir_receipt(self.path))
+        return self._has_keys(read_receipt(self.path))
 
     def receipt(self) -> dict:
-        with open(receipt_path(self.path), encoding="utf-8") as f:
-            return json.load(f)
+        """The receipt as it is on disk; MalformedReceipt when it is not of a receipt's shape (`keys` included),
+        OSError when there is none. Read it of a complete task (`exists()` judged its shape)."""
+        rp = receipt_path(self.path)
+        try:
+            with open(rp, encoding="utf-8") as f:
+                held = json.load(f)
+        except (ValueError, RecursionError):
+            held = None
+        shaped = is_folder_receipt(held) if self.path.is_dir() or isinstance(held, dict) and "files" in held \
+            else is_file_receipt(held)
+        if not (shaped and self._has_keys(held)):
+            raise MalformedReceipt(f"{rp}: not a receipt of the shape this pipeline writes (edited or damaged); "
+                                   f"run the same command again: {self.path.name} is then checked and its receipt "
+                                   f"written again")
+        return held
 
     def _held_receipt(self) -> dict | None:
-        """The receipt as it is on disk, whether or not the output still matches it; None without a usable one."""
+        """The receipt as it is on disk, whether or not the output still matches it; None without one of a
+        receipt's shape (`keys` included): such an output is not known to be ours, and is never removed."""
         try:
-            held = self.receipt()
-        except (OSError, ValueError):
+            return self.receipt()
+        except (OSError, MalformedReceipt):
             return None
-        return held if isinstance(held, dict) else None
 
     def damage(self) -> list[tuple[Path, str]]:
         """The committed files that no longer match their receipt, each with what is wrong; [] when the output
@@ -315,6 +350,13 @@ class ReceiptTarget(luigi.Target):
         for path, problem in self.damage():
             logger.warning("%s: %s; removed, to be made again", path, problem)
             remove_output(path)
+
+    def verify(self) -> None:
+        """Hash the file against its receipt (`shardkit.verified.check_file`): for a task that reads only part of
+        it (a sample), before it commits anything made of it. A damaged file is removed with its receipt and
+        named in the PrepError (Damaged) raised; the task's rerun makes it again. Readers that read a file whole
+        need not call this: they open it with `shardkit.verified.open_committed`, which hashes as they read."""
+        check_file(self.path)
 
 
 def _size_problem(path: Path, size) -> str:
@@ -335,7 +377,7 @@ class IndexedTarget(ReceiptTarget):
 
     def exists(self) -> bool:
         held = read_receipt(self.path)
-        if held is None:
+        if not self._has_keys(held):
             return False
         index = self._index(held)
         return index is None or _file_size(index[0]) == index[1]

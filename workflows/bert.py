@@ -1,9 +1,10 @@
 """The BERT stages of any corpus: its documents to sentence shards, a vocabulary, and a dataset folder.
 
 TrainPunkt -> SplitPiece -> SplitCorpus -> SentenceShard -> (SentenceShards -> TrainVocab, without
---vocab-file) -> PretrainShard -> PretrainDataset (Pretrain128, Pretrain384, Pretrain512). What fans out
-is one task per piece of the corpus (splitting) or per shard (merging, instances); what does not (Punkt,
-the vocabulary) reads a bounded sample, never the whole corpus.
+--vocab-file) -> PretrainShard -> (PretrainPlan -> PretrainPart, for a layout with a finishing step)
+-> PretrainDataset (Pretrain128, Pretrain384, Pretrain512). What fans out is one task per piece of the
+corpus (splitting) or per shard (merging, instances, finishing parts); what does not (Punkt, the
+vocabulary, the finishing plan) reads a bounded sample or the shards' receipts, never the whole corpus.
 
 These tasks know a corpus only through `CorpusTask`'s few methods: its `wikiprep.corpus.Source`, the
 folder its work goes to, the parameters that name one piece, and the task (if any) that makes a piece's
@@ -28,22 +29,42 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 import luigi
+from luigi.task import flatten
 from luigi.util import inherits
 
 from shardkit.atomic import (check_output_root, read_receipt, receipt_path, remove_stale_temps, sha256_file,
-                             write_dir_receipt, write_receipt)
+                             write_dir_receipt, write_json, write_receipt)
+from shardkit.errors import PrepError
 from wikiprep import dataset, layouts, reader, sentences, vocab
 from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
 from wikiprep.corpus import Piece, Source
 from wikiprep.options import GenerationOptions
+from wikiprep.schema import PRED, SEQ
 from wikiprep.tokenization import Vocab
 
-from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, ManifestTarget,
-                   PrepTask, ReceiptTarget, commit_report, report_target)
+from .base import (BoolParameter, ChoiceParameter, FloatParameter, IndexedTarget, IntParameter, MalformedReceipt,
+                   ManifestTarget, OptionalParameter, PrepTask, ReceiptTarget, commit_report, report_target)
 
 luigi.namespace("bert", scope=__name__)
 
+# Set by the dry run (workflows.plan) before it asks any task anything: a source then reads what it must
+# to say what would run, and writes nothing.
+DRY_RUN = False
+
 Stage = TypeVar("Stage", bound="CorpusTask")
+
+
+class LanguageParameter(OptionalParameter):
+    """--language: a language code (`sentences.check_language`: "zh", "ja", "zh-yue"), or none."""
+
+    def normalize(self, x):
+        x = super().normalize(x)
+        if x is None:
+            return None
+        try:
+            return sentences.check_language(x)
+        except PrepError as e:
+            raise self._error(str(e)) from None
 
 
 class CorpusTask(PrepTask):
@@ -51,6 +72,9 @@ class CorpusTask(PrepTask):
     `stages` table), then binds each generic stage with a subclass of both; `stage` then finds them."""
 
     data_dir = luigi.Parameter(description="root of all outputs")
+    language = LanguageParameter(default=None, description="the text's language (zh, ja, ...), instead of the "
+                                                            "corpus' own (a dump's header): chooses how sentences "
+                                                            "are split; its sentence shards get a folder of their own")
 
     # The corpus' own class of each generic stage, filled as the corpus' module defines them.
     stages: ClassVar[dict[type, type]]
@@ -65,7 +89,12 @@ class CorpusTask(PrepTask):
 
     def stage(self, generic: type[Stage], **params) -> Stage:
         """This corpus' task of stage `generic` (SentenceShard, ...), with this task's parameters and `params`."""
-        return self.clone(self.stages[generic], **params)
+        try:
+            bound = self.stages[generic]
+        except KeyError:  # a binding that forgot a stage: say which, not a bare KeyError
+            raise TypeError(f"{type(self).__module__}: no task binds bert.{generic.__name__} for this corpus "
+                            f"(a subclass of its base class and of bert.{generic.__name__})") from None
+        return self.clone(bound, **params)
 
     # What a corpus defines.
 
@@ -95,6 +124,14 @@ class CorpusTask(PrepTask):
         """The tasks that fetch the corpus (Wikipedia's download), for the first job of the Slurm chain."""
         return []
 
+    def punkt_tasks(self) -> list[luigi.Task]:
+        """The sentence models the pieces' splits need (none when the corpus comes split), for the Slurm chain."""
+        return [self.stage(TrainPunkt)] if self.needs_punkt() else []
+
+    def piece_splits(self) -> list[luigi.Task]:
+        """The split of every piece (SplitPiece's task of each), in corpus order."""
+        return [self.piece_task(self.stages[SplitPiece], piece) for piece in self.pieces()]
+
     def read_for_plan(self) -> str:
         """Make the pieces known to a dry run (workflows.plan) without writing anything; the plan's line that
         says how many there are and where they were read from."""
@@ -104,6 +141,25 @@ class CorpusTask(PrepTask):
         """The figures of the corpus' own steps before splitting (each with the documents it dropped by reason,
         `dropped`), judged with the splits' (sentences.judge_splits); PrepError for a corpus they refuse."""
         return []
+
+    def needs_punkt(self) -> bool:
+        """Whether the pieces' documents are split into sentences with Punkt (not when they come split already)."""
+        return True
+
+    def identity(self) -> dict:
+        """What names the corpus' content when it is one source of a mixture (its dataset.json): its description,
+        and whatever more pins its bytes (a dump's part checksums)."""
+        return self.source().description()
+
+    def corpus_figures(self) -> dict:
+        """Figures of the corpus for the dataset's stats.json, under "corpus" (files skipped, documents per
+        source of a mixture); nothing for a corpus that has none."""
+        return {}
+
+    def split_sources(self) -> list[int] | None:
+        """For a corpus of several sources (a mixture): the source of each split SplitCorpus requires, in order,
+        so that each shard's instances are counted per source; None for one source."""
+        return None
 
     # Shared by every stage.
 
@@ -115,6 +171,10 @@ class CorpusTask(PrepTask):
 
     def pieces(self) -> list[Piece]:
         return self.source().pieces()
+
+    def corpus_language(self) -> str | None:
+        """The language the corpus' sentences are split for: --language, or the source's own (`Source.language`)."""
+        return self.language or self.source().language()
 
 
 class TrainPunkt(CorpusTask):
@@ -142,6 +202,8 @@ class TrainPunkt(CorpusTask):
             if made is not None:
                 yield made
             sample.add(piece.name, source.documents(piece, min_chars=self.min_doc_chars))
+            if made is not None:  # the sample read part of it: the rest is hashed against its receipt too
+                made.output().verify()
             if sample.full:
                 break
         stats = sentences.train_punkt(sample.texts, self.output().path, source=sample.source)
@@ -172,7 +234,7 @@ class SentenceShards(CorpusTask):
 
 def split_name(task: SentenceShards) -> str:
     """'n256_seed12345_min200': the name of one way of splitting the corpus, from a task with SentenceShards' parameters."""
-    return sentences.split_name(task.num_shards, task.seed, task.min_doc_chars)
+    return sentences.split_name(task.num_shards, task.seed, task.min_doc_chars, task.language)
 
 
 @inherits(SentenceShards)
@@ -180,21 +242,22 @@ class SplitPiece(CorpusTask):
     """The documents of one piece split into sentences and spread over the shards by hash(seed, document id)."""
 
     def requires(self):
-        deps = {"punkt": self.stage(TrainPunkt)}
+        deps = {"punkt": self.stage(TrainPunkt)} if self.needs_punkt() else {}
         made = self.piece_input(self.piece)
         if made is not None:
             deps["piece"] = made
         return deps
 
     def output(self):
-        return ReceiptTarget(self.work_dir / "split" / split_name(self) / self.piece.name)
+        return ReceiptTarget(self.work_dir / "split" / split_name(self) / self.piece.name, {"stats": dict})
 
     def run(self):
         source, piece = self.source(), self.piece
+        punkt = self.input().get("punkt")
         stats = sentences.split_piece(source.documents(piece, min_chars=self.min_doc_chars),
-                                      self.input()["punkt"].path, self.output().path, num_shards=self.num_shards,
+                                      None if punkt is None else punkt.path, self.output().path, num_shards=self.num_shards,
                                       seed=self.seed, size=source.piece_size(piece),
-                                      progress=self.progress(f"split {piece.name}", "B"))
+                                      language=self.corpus_language(), progress=self.progress(f"split {piece.name}", "B"))
         write_dir_receipt(self.output().path, stats=stats)
 
 
@@ -206,13 +269,16 @@ class SplitCorpus(CorpusTask):
 
     def check_before_work(self) -> None:
         """Once every piece has its split receipt, complete() judges them too: a rerun is refused before
-        any work. (Whether each split still matches its receipt, complete() asks next.)"""
+        any work."""
         super().check_before_work()
-        if all(receipt_path(t.path).is_file() for t in self.output()):
-            self.corpus()
+        if all(t.exists() for t in self.output()):
+            try:
+                self.corpus()
+            except MalformedReceipt:  # a damaged receipt of a step below: SentenceShard makes it again, then judges
+                pass
 
     def requires(self):
-        return [self.piece_task(self.stages[SplitPiece], piece) for piece in self.pieces()]
+        return self.piece_splits()
 
     def output(self):
         return self.input()
@@ -244,7 +310,7 @@ class SentenceShardTarget(ReceiptTarget):
     at its size. Either receipt gives the shard's `stats` and the corpus' dropped documents."""
 
     def __init__(self, path: Path, shard: int):
-        super().__init__(path)
+        super().__init__(path, {"stats": dict, "corpus": dict})
         self.shard = shard
 
     def _folder_receipt(self) -> dict | None:
@@ -256,10 +322,10 @@ class SentenceShardTarget(ReceiptTarget):
             return None
 
     def exists(self) -> bool:
-        return read_receipt(self.path) is not None or self._folder_receipt() is not None
+        return self._has_keys(read_receipt(self.path)) or self._folder_receipt() is not None
 
     def receipt(self) -> dict:
-        if read_receipt(self.path) is not None:
+        if self._has_keys(read_receipt(self.path)):
             return super().receipt()
         folder = self._folder_receipt()
         if folder is None:
@@ -267,6 +333,13 @@ class SentenceShardTarget(ReceiptTarget):
         shards = folder["stats"]["shards"]
         return {"file": self.path.name, **folder["files"][self.path.name], "stats": shards[self.shard],
                 "corpus": {"documents": sum(s["documents"] for s in shards), "dropped": folder["stats"]["dropped"]}}
+
+
+class BinSizeParameter(IntParameter):
+    """--bin-size: a whole number, or `none` (0: not binned), as DeepLearningExamples' BIN_SIZE spells it."""
+
+    def parse(self, x):
+        return 0 if str(x).strip().lower() == "none" else super().parse(x)
 
 
 class ShardParameter(IntParameter):
@@ -298,9 +371,12 @@ class SentenceShard(CorpusTask):
         out = self.output().path
         # Before shards were merged one per task, the folder was built whole under a temporary name.
         remove_stale_temps(out.parent)
+        # The corpus is judged from the receipts of the steps below SplitCorpus, complete as SplitCorpus is unless a
+        # receipt was damaged since: that step then runs again first (a dynamic dependency), its receipt not trusted.
+        yield from _made_again([self.piece_input(piece) for piece in self.pieces()])
         corpus = self.requires().corpus()
         stats = sentences.merge_shard([t.path / sentences.bucket_name(self.shard) for t in self.input()], out,
-                                      progress=self.progress(f"merge {out.name}", "B"))
+                                      progress=self.progress(f"merge {out.name}", "B"), sources=self.split_sources())
         write_receipt(out, stats=stats, corpus={"documents": corpus["documents"], "dropped": corpus["dropped"]})
 
 
@@ -348,24 +424,33 @@ class PretrainTask(CorpusTask):
                                      description="Graphcore's fixed count: a full sequence gets exactly "
                                                  "max_predictions_per_seq masks (implied by --layout remask)")
     output_format = ChoiceParameter(default=layouts.OUTPUT_FORMATS[0], choices=layouts.OUTPUT_FORMATS,
-                                    description="tfrecord (google-research/bert, Graphcore), or hdf5 (NVIDIA's "
-                                                "PyTorch BERT layout, in the sibling folder ..._hdf5)")
+                                    description="tfrecord (google-research/bert, Graphcore), hdf5 (NVIDIA's "
+                                                "PyTorch BERT layout, in the sibling folder ..._hdf5), or parquet "
+                                                "(LDDL's layout, in ..._parquet...)")
     layout = ChoiceParameter(default=layouts.LAYOUT_FLAGS[0], choices=layouts.LAYOUT_FLAGS,
                              description="standard, or remask: Graphcore's static-mask TFRecords (sibling folder "
                                          "..._remask), with Graphcore's fixed mask count")
     pad_position_value = IntParameter(default=layouts.PAD_POSITION_VALUE,
                                       description="with --layout remask: the input_position of an empty slot")
+    masking = ChoiceParameter(default=layouts.MASKINGS[0], choices=layouts.MASKINGS,
+                              description="with --output-format parquet: static (masks stored, as in every other "
+                                          "layout) or dynamic (LDDL's loader masks each epoch)")
+    bin_size = BinSizeParameter(default=0, min_value=0,
+                                description="with --output-format parquet: LDDL's sequence-length bins of this "
+                                            "many tokens, a set of balanced files each; 0 or none: not binned")
 
     def check_before_work(self) -> None:
         """What no single parameter says alone, before any work: a bad combination fails before the download."""
         super().check_before_work()
         options = self.options  # GenerationOptions refuses values that make no dataset
         self.output_layout.check(options)  # the flags name a layout (PrepError else), whose instances fit it
+        self.output_layout.check_shards(self.num_shards)
 
     @property
     def output_layout(self) -> layouts.Layout:
-        """The layout --output-format, --layout and --pad-position-value name (`layouts.from_flags`)."""
-        return layouts.from_flags(self.output_format, self.layout, pad_position_value=self.pad_position_value)
+        """The layout --output-format, --layout and their parameters name (`layouts.from_flags`)."""
+        return layouts.from_flags(self.output_format, self.layout, pad_position_value=self.pad_position_value,
+                                  masking=self.masking, bin_size=self.bin_size)
 
     @property
     def options(self) -> GenerationOptions:
@@ -379,6 +464,18 @@ class PretrainTask(CorpusTask):
     def dataset_dir(self) -> Path:
         return self.work_dir / dataset.folder_name(self.options, self.output_layout)
 
+    @property
+    def shards_dir(self) -> Path:
+        """Where PretrainShard writes: the dataset folder, or for a layout with a finishing step the staged shards'
+        folder (`staged/<the dataset folder's name>`), which its finishing parts read."""
+        if not self.output_layout.finishing:
+            return self.dataset_dir
+        return self.work_dir / "staged" / self.dataset_dir.name
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return {SEQ: self.max_seq_length, PRED: self.max_predictions_per_seq}
+
     def vocab_task(self) -> TrainVocab | None:
         return None if self.vocab_file else self.stage(TrainVocab)
 
@@ -388,8 +485,12 @@ class PretrainTask(CorpusTask):
     def description(self, with_vocab: bool = True) -> dict:
         """What defines the dataset's content (dataset.describe); a folder made with other values is never
         mixed with this one. `with_vocab` False leaves out the vocabulary's hash."""
+        corpus = self.source().description()
+        language = self.corpus_language()
+        if not sentences.is_english(language):  # English datasets keep the description they had before languages
+            corpus["language"] = language
         return dataset.describe(self.options, self.vocab_path() if with_vocab else None,
-                                corpus=self.source().description(), num_shards=self.num_shards,
+                                corpus=corpus, num_shards=self.num_shards,
                                 min_doc_chars=self.min_doc_chars, vocab_size=self.vocab_size, layout=self.output_layout)
 
     def dataset_spec(self, with_vocab: bool = True) -> dataset.DatasetSpec:
@@ -401,7 +502,7 @@ class PretrainTask(CorpusTask):
 
 class PretrainShard(PretrainTask):
     """Instances of one sentence shard, seeded by dataset.shard_seed(seed, shard): {prefix}_{i:05d}.tfrecord +
-    .index, or {prefix}_{i:05d}.hdf5."""
+    .index, or {prefix}_{i:05d}.hdf5; for a layout with a finishing step (Parquet), a staged shard."""
 
     shard = ShardParameter()
 
@@ -416,26 +517,84 @@ class PretrainShard(PretrainTask):
         return deps
 
     def output(self):
-        return IndexedTarget(self.dataset_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
-                                                                   self.output_layout))
+        return IndexedTarget(self.shards_dir / dataset.shard_name(self.source().shard_prefix, self.shard,
+                                                                  self.output_layout), {"stats": dict})
 
     def run(self):
         out = self.output().path
         seed = dataset.shard_seed(self.seed, self.shard)
-        stats = dataset.write_shard(self.input()["sentences"].path,
+        sentence_shard = self.input()["sentences"]
+        stats = dataset.write_shard(sentence_shard.path,
                                     self.vocab_path(), out, dataclasses.replace(self.options, random_seed=seed),
-                                    self.dataset_spec(), progress=self.progress(f"instances {out.name}", "B"))
+                                    self.dataset_spec(), progress=self.progress(f"instances {out.name}", "B"),
+                                    source_starts=sentence_shard.receipt()["stats"].get("source_starts", ()))
         # The index's hash too, taken here where the shard was written, so that PretrainDataset's
         # manifest reads neither file again (HDF5 shards have no index).
         index = self.output_layout.index_path(out)
         written = {} if index is None else \
             {"index": {"file": index.name, "size": index.stat().st_size, "sha256": sha256_file(index)}}
+        if self.output_layout.finishing:  # a staged shard: its finishing part reads the dataset's files back
+            write_receipt(out, seed=seed, stats=stats)
+            return
         # The report's figures of this shard, read back here, in parallel with the other shards, so that
         # PretrainDataset's report only adds them up (wikiprep.stats.file_stats: a few hundred kB at most).
         self.set_status_message(f"reading {out.name} back for the report")
-        report_stats = record_stats.file_stats(reader.dataset_file(out), out, Vocab.load(self.vocab_path()),
-                                               tensorflow=False)
+        report_stats = read_back_stats(out, self.vocab_path())
         write_receipt(out, seed=seed, stats=stats, report_stats=report_stats, **written)
+
+
+def read_back_stats(path: Path, vocab_path: Path) -> dict:
+    """The report's figures of one file of a dataset, read back by the task that wrote it, in parallel with the
+    others, so that PretrainDataset's report only adds them up (wikiprep.stats.file_stats: a few hundred kB)."""
+    return record_stats.file_stats(reader.dataset_file(path, vocab_path), path, Vocab.load(vocab_path),
+                                   tensorflow=False)
+
+
+class PretrainPlan(PretrainTask):
+    """A finishing layout's plan (`Layout.plan_parts`): which rows of which staged shards each finishing part
+    writes, from every shard's receipt (no record read). parts.json beside the staged shards."""
+
+    def requires(self):
+        return [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
+
+    def output(self):
+        return ReceiptTarget(self.shards_dir / "parts.json")
+
+    def run(self):
+        plan = self.output_layout.plan_parts([t.receipt()["stats"] for t in self.input()], self.dims,
+                                             self.num_shards)
+        write_json(self.output().path, plan)
+        write_receipt(self.output().path)
+
+
+class PretrainPart(PretrainTask):
+    """Finishing part i of a layout with a finishing step: file i of each bin (`Layout.part_names`), from the
+    staged shards as PretrainPlan deals them, committed together, each with a receipt holding its figures."""
+
+    part = IntParameter(min_value=0, description="the finishing part, from 0 to --num-shards - 1")
+
+    def check_before_work(self) -> None:
+        super().check_before_work()
+        sentences.check_shard(self.part, self.num_shards)
+
+    def requires(self):
+        return self.stage(PretrainPlan)
+
+    def output(self):
+        return [ReceiptTarget(self.dataset_dir / name)
+                for name in self.output_layout.part_names(self.source().shard_prefix, self.part, self.dims)]
+
+    def run(self):
+        spec = self.dataset_spec()
+        dataset.claim_folder(self.dataset_dir, spec)
+        plan = json.loads(self.input().path.read_text(encoding="utf-8"))
+        staged = [self.shards_dir / spec.shard_name(i) for i in range(self.num_shards)]
+        paths = [t.path for t in self.output()]
+        counts = self.output_layout.write_part(plan, self.part, staged, paths, self.dims,
+                                               progress=self.progress(f"part {self.part}", "files"))
+        for path, count in zip(paths, counts):
+            self.set_status_message(f"reading {path.name} back for the report")
+            write_receipt(path, records=count, report_stats=read_back_stats(path, self.vocab_path()))
 
 
 class PretrainDataset(PretrainTask):
@@ -453,29 +612,52 @@ class PretrainDataset(PretrainTask):
         dataset.check_folder(self.dataset_dir, self.dataset_spec(with_vocab=bool(self.vocab_file)))
 
     def requires(self):
-        return [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
+        if self.output_layout.finishing:
+            files = [self.stage(PretrainPart, part=i) for i in range(self.num_shards)]
+        else:
+            files = [self.stage(PretrainShard, shard=i) for i in range(self.num_shards)]
+        # The vocabulary too (when trained), which finalize copies: one found damaged there is removed, and made
+        # again by the rerun even though every shard is complete.
+        vocab = self.vocab_task()
+        return {"files": files, **({} if vocab is None else {"vocab": vocab})}
 
     def output(self):
         return {"manifest": ManifestTarget(self.dataset_dir / "MANIFEST.json"), "report": report_target(self.dataset_dir)}
 
+    def dataset_files(self) -> list[ReceiptTarget]:
+        """The targets of the dataset's record files: the shards, or the finishing parts' files."""
+        return flatten(self.input()["files"])
+
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
+            # stats.json takes the sentence shards' figures from their receipts; a damaged one is checked again first.
+            yield from _made_again([self.stage(SentenceShards)])
             # Their report figures dropped as each is read: the report, below, takes them one at a time.
-            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.input()]
+            receipts = [{k: v for k, v in t.receipt().items() if k != "report_stats"} for t in self.dataset_files()]
+            finished = {}
+            if self.output_layout.finishing:  # the generation's figures are the staged shards'
+                plan = json.loads(self.stage(PretrainPlan).output().path.read_text(encoding="utf-8"))
+                finished = {"files": {r["file"]: r["records"] for r in receipts},
+                            "balance": {key: plan[key] for key in ("bins", "dropped")}}
+                shard_stats = [self.stage(PretrainShard, shard=i).output().receipt()["stats"]
+                               for i in range(self.num_shards)]
+            else:
+                shard_stats = [r["stats"] for r in receipts]
             # A manifest made again (a file of the finished dataset was damaged) hashes every file: the damage
             # may have reached a receipt too, whose hash the manifest must never copy.
             repairing = receipt_path(manifest.path).exists()  # the dataset was finished once
-            dataset.finalize(self.dataset_dir, self.dataset_spec(), self.vocab_path(), [r["stats"] for r in receipts],
+            dataset.finalize(self.dataset_dir, self.dataset_spec(), self.vocab_path(), shard_stats,
                              self.stage(SentenceShards).stats(),
-                             known_files=None if repairing else written_files(receipts))
+                             known_files=None if repairing else written_files(receipts),
+                             corpus=self.corpus_figures(), **finished)
             write_receipt(manifest.path)
         if self.output()["report"].exists():  # only the manifest was missing: the report stands
             return
         # The shards' figures and hashes from their receipts: no record read, no file hashed here. A shard
         # whose receipt predates report_stats (a dataset finished before) is read here, that shard alone.
         read_back, hashes = {}, []
-        for target in self.input():  # one receipt at a time: each holds up to ~1 MB of token counts
+        for target in self.dataset_files():  # one receipt at a time: each holds up to ~1 MB of token counts
             receipt = target.receipt()
             if "report_stats" in receipt:
                 read_back[receipt["file"]] = record_stats.compact(receipt.pop("report_stats"))
@@ -484,6 +666,23 @@ class PretrainDataset(PretrainTask):
         commit_report(self.dataset_dir, lambda out: record_stats.write_report(
             self.dataset_dir, out, name=self.dataset_dir.name, read_back=read_back,
             known_files=written_files(hashes)))
+
+
+def _made_again(tasks: list[luigi.Task | None]):
+    """Yield (as Luigi's dynamic dependencies) those of `tasks` whose receipts cannot be read (missing, or not of a
+    receipt's shape): tasks whose receipts a task reads though they are not its own requirements. Only their
+    receipts are asked for: what they describe (a sentence shard removed once its records were made, say) is not."""
+    def unreadable(task: luigi.Task) -> bool:
+        for target in luigi.task.flatten(task.output()):
+            try:
+                target.receipt()
+            except (OSError, MalformedReceipt):
+                return True
+        return False
+
+    needed = [task for task in tasks if task is not None and unreadable(task)]
+    if needed:
+        yield needed
 
 
 def written_files(shard_receipts: list[dict]) -> dict[str, dict]:

@@ -8,9 +8,9 @@ import luigi
 from luigi.util import inherits, requires
 
 from imagenet_prep import convert, stats
-from shardkit.atomic import remove_stale_temps, write_receipt
+from shardkit.atomic import receipt_path, remove_stale_temps, write_receipt
 
-from .base import IntParameter, PrepTask, ReceiptTarget, commit_report, report_target
+from .base import IndexedTarget, IntParameter, ManifestTarget, PrepTask, ReceiptTarget, commit_report, report_target
 
 
 class ImageNetTask(PrepTask):
@@ -26,13 +26,14 @@ class ImageNetPlan(ImageNetTask):
     validation_dir = luigi.Parameter(description="flat validation images, or <wnid>/ folders")
     val_labels = luigi.OptionalParameter(default=None, description="TF labels .txt, Kaggle LOC_val_solution.csv "
                                                                     "or devkit ground truth; omit for <wnid>/ folders")
-    output_dir = luigi.Parameter()
-    synsets_file = luigi.OptionalParameter(default=None)
-    metadata_file = luigi.OptionalParameter(default=None)
-    bbox_dir = luigi.OptionalParameter(default=None)
-    train_shards = IntParameter(default=1024)
-    validation_shards = IntParameter(default=128)
-    seed = IntParameter(default=12345)
+    output_dir = luigi.Parameter(description="where the shards, idx/ and MANIFEST.json go")
+    synsets_file = luigi.OptionalParameter(default=None, description="sorted wnids, one a line (default: the 1000 "
+                                                                     "ILSVRC-2012 synsets)")
+    metadata_file = luigi.OptionalParameter(default=None, description="wnid<TAB>names (default: shipped names)")
+    bbox_dir = luigi.OptionalParameter(default=None, description="bounding-box XML as <wnid>/<image>.xml")
+    train_shards = IntParameter(default=1024, description="train-NNNNN-of-NNNNN files (default 1024)")
+    validation_shards = IntParameter(default=128, description="validation-NNNNN-of-NNNNN files (default 128)")
+    seed = IntParameter(default=12345, description="seed of build_imagenet_data.py's shuffle (default 12345)")
 
     def output(self):
         # In a hidden folder: the plan names the input paths, which differ between machines, so it
@@ -51,6 +52,19 @@ class ImageNetPlan(ImageNetTask):
         write_receipt(self.output().path)
 
 
+class ShardTarget(IndexedTarget):
+    """A shard and its index file (`idx/<shard>.idx`), which its receipt's result lists with its size: complete
+    only while both keep their sizes; a damaged one is removed with the other, and both are written again."""
+
+    def _index(self, held: dict) -> tuple[Path, int] | None:
+        folder = self.path.parent
+        index = convert.index_path(folder, self.path.name)
+        try:
+            return index, held["result"]["files"][index.relative_to(folder).as_posix()]["size"]
+        except (KeyError, TypeError):
+            return None  # a receipt from before results listed the files: the shard alone is checked
+
+
 @requires(ImageNetPlan)
 class ImageNetShard(ImageNetTask):
     """One shard of one split, as the plan fixes it: `{split}-{i:05d}-of-{n:05d}` and its index."""
@@ -60,7 +74,7 @@ class ImageNetShard(ImageNetTask):
 
     def output(self):
         n = self.train_shards if self.split == "train" else self.validation_shards
-        return ReceiptTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n))
+        return ShardTarget(Path(self.output_dir) / convert.shard_name(self.split, self.index, n), {"result": dict})
 
     def run(self):
         remove_stale_temps(self.output().path)
@@ -93,14 +107,17 @@ class ImageNet(ImageNetTask):
         convert.check_output_dir(self.output_dir, self.clone(ImageNetPlan).make_plan)
 
     def output(self):
-        return {"manifest": ReceiptTarget(Path(self.output_dir) / "MANIFEST.json"),
+        return {"manifest": ManifestTarget(Path(self.output_dir) / "MANIFEST.json"),
                 "report": report_target(self.output_dir)}
 
     def run(self):
         manifest = self.output()["manifest"]
         if not manifest.exists():
             plan = convert.read_plan(self.input()["plan"].path)
-            convert.finalize(plan, self.output_dir, [t.receipt()["result"] for t in self.input()["shards"]])
+            # Made again (a file of the finished dataset was damaged): every file hashed, no receipt's hash copied.
+            repairing = receipt_path(manifest.path).exists()
+            convert.finalize(plan, self.output_dir, [t.receipt()["result"] for t in self.input()["shards"]],
+                             rehash=repairing)
             write_receipt(manifest.path)
         if self.output()["report"].exists():  # only the manifest was missing: the report stands
             return

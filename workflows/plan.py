@@ -28,6 +28,7 @@ import luigi
 from luigi.task import flatten
 
 from .base import ReceiptTarget
+from . import bert
 from .bert import PretrainDataset
 
 SHOWN_PER_KIND = 3  # tasks to run named per kind, unless --all
@@ -85,6 +86,7 @@ def describe(task: luigi.Task, data_dir: Path) -> str:
 
 def plan_lines(dataset: PretrainDataset, all_tasks: bool = False) -> list[str]:
     """The plan of `dataset` as text: a table of tasks per kind (complete, to run), then the tasks to run."""
+    bert.DRY_RUN = True
     dataset.check_before_work()
     pieces = dataset.read_for_plan()
     tasks = plan_tasks(dataset)

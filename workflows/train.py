@@ -10,25 +10,42 @@ training, rather than replacing them (they are a measurement, never the same byt
 
 from __future__ import annotations
 
+import importlib
 import logging
 from pathlib import Path
 
 import luigi
 
 from shardkit.atomic import remove_stale_temps, write_receipt
+from shardkit.errors import PrepError
 
 from .base import IntParameter, PrepTask, ReceiptTarget
 
 logger = logging.getLogger("luigi-interface")
 
 
+def trainers(module: str):
+    """`trainers.<module>`, imported when a trainer runs (Keras loads only then), or one line saying why it cannot
+    run here: the trainers are in the source tree, not in the installed package, and they need TensorFlow."""
+    try:
+        return importlib.import_module(f"trainers.{module}")
+    except ModuleNotFoundError as e:
+        missing = (e.name or "").split(".")[0]
+        if missing == "trainers":
+            raise PrepError("the thin trainers are in the source tree (trainers/), not in the installed package: "
+                            "run them from a clone (make demo)") from None
+        if missing in ("tensorflow", "keras"):
+            raise PrepError("the thin trainers need TensorFlow, which is not installed: "
+                            "pip install 'wikiprep[tensorflow]' (make setup installs it)") from None
+        raise
+
+
 def receipt_result(task: luigi.Task, result: dict) -> dict:
     """The trainer's result without its timings, which are logged instead: a receipt holds only what the
     output determines, so that a duplicate run's receipt is the same bytes (`shardkit.atomic`)."""
-    from trainers.loop import TIMINGS
-
-    logger.info("%s: %s", task.task_id, ", ".join(f"{k} {result[k]:.3f}" for k in TIMINGS if k in result))
-    return {k: v for k, v in result.items() if k not in TIMINGS}
+    timings = trainers("loop").TIMINGS
+    logger.info("%s: %s", task.task_id, ", ".join(f"{k} {result[k]:.3f}" for k in timings if k in result))
+    return {k: v for k, v in result.items() if k not in timings}
 
 
 class TrainTask(PrepTask):
@@ -44,15 +61,12 @@ class TrainTask(PrepTask):
     def check_before_work(self) -> None:
         """Outputs without their receipt (another run's, or one killed before its receipt) are refused here,
         before minutes of training end in a refused commit."""
-        from trainers.loop import check_outputs_free
-
         if not self.output().exists():
-            check_outputs_free(self.out_dir)
+            trainers("loop").check_outputs_free(self.out_dir)
 
     def remove_dead_temps(self) -> None:
-        from trainers.loop import METRICS_FILE, PLOT_FILE
-
-        for name in (PLOT_FILE, METRICS_FILE):
+        loop = trainers("loop")
+        for name in (loop.PLOT_FILE, loop.METRICS_FILE):
             remove_stale_temps(Path(self.out_dir) / name)
 
 
@@ -62,11 +76,10 @@ class TrainBert(TrainTask):
     holdout_files = IntParameter(default=0, description="the last N shards are held out and evaluated after training")
 
     def run(self):
-        from trainers.bert import train_bert  # Keras loads only when a trainer runs
-
         self.remove_dead_temps()
-        result = train_bert(self.dataset_dir, self.out_dir, steps=self.steps, holdout_files=self.holdout_files,
-                            progress=self.progress("train BERT", "steps"))
+        result = trainers("bert").train_bert(self.dataset_dir, self.out_dir, steps=self.steps,
+                                             holdout_files=self.holdout_files,
+                                             progress=self.progress("train BERT", "steps"))
         write_receipt(self.output().path, result=receipt_result(self, result))
 
 
@@ -76,10 +89,9 @@ class TrainImageNet(TrainTask):
     prog = "imagenet-prep"
 
     def run(self):
-        from trainers.cnn import train_imagenet
-
         self.remove_dead_temps()
         has_validation = any(Path(self.dataset_dir).glob("validation-*-of-*"))
-        result = train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps, evaluate_validation=has_validation,
-                                progress=self.progress("train CNN", "steps"))
+        result = trainers("cnn").train_imagenet(self.dataset_dir, self.out_dir, steps=self.steps,
+                                                evaluate_validation=has_validation,
+                                                progress=self.progress("train CNN", "steps"))
         write_receipt(self.output().path, result=receipt_result(self, result))

@@ -66,7 +66,7 @@ class WikiTask(bert.CorpusTask):
     def source(self) -> WikipediaSource:
         return WikipediaSource(self.data_dir, self.dump_url, self.wiki, self.dump_date, self.multistream,
                                self.extract_slice_mb, PLANNED_STATUS.get((self.dump_url, self.wiki, self.dump_date)),
-                               download().settings())
+                               download().settings(), self.language)
 
     @property
     def download_dir(self) -> Path:
@@ -103,6 +103,11 @@ class WikiTask(bert.CorpusTask):
             self.dump_url, self.wiki, self.dump_date, **download().settings())
         url = dump.dump_file_url(self.dump_url, self.wiki, self.dump_date, dump.STATUS_FILE)
         return f"dump parts: {len(self.parts())}, from {url}, fetched now and not saved"
+
+    def identity(self) -> dict:
+        """The dump's description and its parts' checksums ({name: sha1 or md5}), as dumpstatus.json gives them."""
+        return {**self.source().description(),
+                "parts": {p.name: p.sha1 or p.md5 for p in self.parts() if not p.is_index}}
 
     def upstream_stats(self) -> list[dict]:
         """The extraction's figures of every piece (pages dropped there: redirects, other namespaces...); a part
@@ -155,12 +160,14 @@ class ExtractPart(WikiTask):
         return extract.Piece(self.part, self.slice, self.slices)
 
     def output(self):
-        return ReceiptTarget(self.source().extracted_path(self.piece))
+        return ReceiptTarget(self.source().extracted_path(self.piece), {"stats": dict})
 
     def run(self):
         out = self.output().path
         remove_stale_temps(out)
         part = self.input().path
+        # A part damaged since its download was verified is named and removed to be fetched again, not blamed on
+        # the dump (extract.PartReader checks it against its receipt before an error about its content).
         stats = extract.extract_part(part, out, self.dump_date, byte_range=self.piece.byte_range(part),
                                      progress=self.progress(f"extract {self.piece.name}", "B"))
         write_receipt(out, stats=stats)
@@ -201,8 +208,16 @@ class PretrainShard(WikiTask, bert.PretrainShard):
     """bert.PretrainShard: wiki_{i:05d}.tfrecord + .index, or wiki_{i:05d}.hdf5."""
 
 
+class PretrainPlan(WikiTask, bert.PretrainPlan):
+    """bert.PretrainPlan: how a Parquet dataset's staged shards are dealt over its balanced files."""
+
+
+class PretrainPart(WikiTask, bert.PretrainPart):
+    """bert.PretrainPart: wiki_{i:05d}.parquet, or wiki_{i:05d}.parquet_{bin} of every bin."""
+
+
 class PretrainDataset(WikiTask, bert.PretrainDataset):
-    """bert.PretrainDataset in DATA/{wiki}-{date}/seq{L}_mask{M}_dup{D}[_hdf5|_remask]/."""
+    """bert.PretrainDataset in DATA/{wiki}-{date}/seq{L}_mask{M}_dup{D}[_hdf5|_remask|_parquet...]/."""
 
 
 class Pretrain128(PretrainDataset, bert.Pretrain128):

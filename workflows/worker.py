@@ -35,6 +35,15 @@ its summary says "N was not granted run permission by the scheduler" and the run
   worker", so every worker of a finished run exits 25 or 10. Once the roots are complete,
   those tasks are shown as complete ones, and the worker exits 0.
 
+- **a malformed answer is a scheduler fault, not the worker's death.** What luigid answers to a
+  request for work is checked before Luigi reads it (`_CheckedAnswers`): an answer that is not an
+  object, a count that is not a number, a running task without its id, a task of a family this
+  worker does not know (or of a module it has not imported), whose parameters do not make a task,
+  or make one with another id than the answer's: each is logged as a WARNING, the task is skipped
+  (reported FAILED to luigid, with why, as Luigi does for a family it cannot load) and the worker
+  goes on asking. Luigi itself would raise KeyError or TypeError, or run the task under an id its
+  result then does not match, and the worker would die.
+
 A luigid that stays away longer than the RPC retries allow (`[core] rpc_retry_attempts` x
 `rpc_retry_wait`, 5 minutes with cluster/luigi-cluster.cfg) ends the worker with one line,
 `wikiprep: error: ... run the same command again`, and a non-zero exit (`unhandled_exception`,
@@ -70,10 +79,11 @@ import warnings
 import luigi.interface
 import luigi.rpc
 import luigi.worker
-from luigi.scheduler import DONE, PENDING, RUNNING
+from luigi.scheduler import DONE, FAILED, PENDING, RUNNING
 from luigi.task import UnconsumedParameterWarning
+from luigi.task_register import load_task
 
-from shardkit.errors import PrepError
+from shardkit.errors import PrepError, excerpt
 from shardkit.signals import STOP_SIGNALS, Terminated, received
 
 from . import channel, console
@@ -181,11 +191,95 @@ class Worker(luigi.worker.Worker):
             raise Terminated()
 
 
+class _CheckedAnswers:
+    """The worker's luigid, whose answers to `get_work` and `count_pending` are checked (`check`) before the worker
+    reads them; every other call passes through as it is."""
+
+    # The counts of an answer, each a number (luigid's own defaults where it may leave one out).
+    COUNTS = {"n_pending_tasks": None, "n_unique_pending": None, "n_pending_last_scheduled": 0}
+
+    def __init__(self, scheduler, worker: "ClusterWorker"):
+        self._scheduler, self._worker = scheduler, worker
+
+    def __getattr__(self, name):
+        return getattr(self._scheduler, name)
+
+    def get_work(self, **kwargs):
+        return self.check(self._scheduler.get_work(**kwargs))
+
+    def count_pending(self, **kwargs):
+        return self.check(self._scheduler.count_pending(**kwargs))
+
+    def check(self, answer) -> dict:
+        """`answer` with what is malformed in it taken out, each fault logged: a count not a number is 0, a
+        running task without a string id and its worker left out, a task the worker cannot make as the answer
+        names it skipped (reported FAILED to luigid, with why), a batch (which these tasks never are) dropped."""
+        faults = []
+        if not isinstance(answer, dict):
+            faults.append(f"not an object: {excerpt(answer)}")
+            answer = {}
+        checked = {"worker_state": answer.get("worker_state") if isinstance(answer.get("worker_state"), str)
+                   else "active"}
+        for key, default in self.COUNTS.items():
+            value = answer.get(key, default)
+            if type(value) is not int:
+                faults.append(f"{key} is {excerpt(value)}, not a count")
+                value = 0
+            checked[key] = value
+        running = answer.get("running_tasks", [])
+        if not isinstance(running, list):
+            faults.append(f"running_tasks is {excerpt(running)}, not a list")
+            running = []
+        checked["running_tasks"] = [r for r in running if isinstance(r, dict) and isinstance(r.get("task_id"), str)
+                                    and "worker" in r]
+        if len(checked["running_tasks"]) != len(running):
+            faults.append(f"{len(running) - len(checked['running_tasks'])} running tasks without a task_id or worker")
+        if "batch_id" in answer:
+            faults.append("a batch of tasks, which these tasks never are")
+        task_id = answer.get("task_id")
+        if task_id is not None:
+            problem = self._task_problem(task_id, answer)
+            if problem is None:
+                # known to the worker now (`_task_problem`): Luigi does not read the rest
+                checked.update(task_id=task_id, task_family=answer.get("task_family"),
+                               task_params=answer.get("task_params"), task_module=answer.get("task_module"))
+            else:
+                faults.append(f"task {excerpt(task_id)} skipped: {problem}")
+                if isinstance(task_id, str):
+                    self._scheduler.add_task(worker=self._worker._id, task_id=task_id, status=FAILED, runnable=False,
+                                             expl=json.dumps(f"not run: luigid's answer was malformed: {problem}"))
+        for fault in faults:
+            logger.warning("luigid's answer to a request for work is malformed: %s; going on", fault)
+        return checked
+
+    def _task_problem(self, task_id, answer: dict) -> str | None:
+        """What keeps the worker from running the task `answer` names, or None (the task made and known)."""
+        if not isinstance(task_id, str):
+            return f"its id is {excerpt(task_id)}, not a string"
+        if task_id in self._worker._scheduled_tasks:  # one of this worker's own tasks: known by its id
+            return None
+        family, params, module = answer.get("task_family"), answer.get("task_params"), answer.get("task_module")
+        if not isinstance(family, str) or not isinstance(params, dict) or \
+                not all(isinstance(k, str) and isinstance(v, str) for k, v in params.items()):
+            return "no task family and parameters (strings) to make it from"
+        if module is not None and module not in sys.modules:  # never imported on a scheduler's word
+            return f"its module {excerpt(module)} is not one this worker has imported"
+        try:
+            task = load_task(module=None, task_name=family, params_str=params)
+        except Exception as error:  # an unknown family, parameters that make no task: whatever Luigi raises
+            return f"{family} with these parameters makes no task here ({type(error).__name__}: {excerpt(str(error))})"
+        if task.task_id != task_id:
+            return f"its parameters make the task {task.task_id}, not this one"
+        self._worker._scheduled_tasks[task_id] = task
+        return None
+
+
 class ClusterWorker(Worker):
     """A Luigi worker that adds its tasks again when luigid has forgotten them (module docstring)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._scheduler = _CheckedAnswers(self._scheduler, self)
         self._roots: list[luigi.Task] = []  # the tasks given on the command line
         self._in_run = False
         self._added_again = False  # since luigid last listed pending work for this worker

@@ -35,8 +35,9 @@ run_draining() {
   return "$rc"
 }
 
-# Job-array mode: run_stage STAGE JOB_ENV. JOB_ENV (written by submit.sh) sets DATASET (128,
-# 384 or 512), DATASET_DIR, WIKIPREP_VENV and PARAMS (the Luigi parameters of the dataset task).
+# Job-array mode: run_stage STAGE JOB_ENV. JOB_ENV (written by submit.sh) sets DATASET (128, 384, 512,
+# text-128, ...), TASK and STAGE_TASK (the dataset's task and its elements' task), DATASET_DIR, WIKIPREP_VENV
+# and PARAMS (the Luigi parameters of the dataset task).
 # The element runs exactly its own task (workflows/slurm.py), with the local scheduler.
 run_stage() {
   local stage=$1 job_env=$2
@@ -44,8 +45,9 @@ run_stage() {
   source "$job_env" || exit 2
   wikiprep_env
   unset LUIGI_CONFIG_PATH  # luigi.cfg of the project root only: no luigid, no keep-alive
-  echo "wikiprep: stage $stage, element ${SLURM_ARRAY_TASK_ID:-0} of Pretrain$DATASET -> $DATASET_DIR"
-  run_draining "$BIN/luigi" --module workflows "SlurmStage$DATASET" --stage "$stage" \
+  # TASK and STAGE_TASK: a job.env written before text corpora had them is a dump's.
+  echo "wikiprep: stage $stage, element ${SLURM_ARRAY_TASK_ID:-0} of ${TASK:-Pretrain$DATASET} -> $DATASET_DIR"
+  run_draining "$BIN/luigi" --module workflows "${STAGE_TASK:-SlurmStage$DATASET}" --stage "$stage" \
     --index "${SLURM_ARRAY_TASK_ID:-0}" "${PARAMS[@]}" --local-scheduler --no-lock --workers "${WORKERS:-1}"
   local rc=$?
   if [ "$rc" -ne 0 ]; then

@@ -2,14 +2,16 @@
 # Job-array mode (docs/cluster.md, "Slurm"): submit the chain of jobs that builds one dataset; print the job ids.
 #
 #   cluster/slurm/submit.sh 128|384|512 --data-dir D --dump-url U --wiki W --dump-date YYYYMMDD [PARAMETERS]
+#   cluster/slurm/submit.sh text-128|text-384|text-512 --data-dir D --text-dir T --text-format F [PARAMETERS]
+#   cluster/slurm/submit.sh mix-128|mix-384|mix-512 --data-dir D --recipe FILE [PARAMETERS]
 #
 # PARAMETERS are Pretrain128's (--num-shards, --vocab-file, --seed, --multistream, ...). The chain:
 #
-#   download -> punkt -> pieces[] -> sentences[] -> vocab -> shards[] -> finalize
+#   download -> punkt -> pieces[] -> sentences[] -> vocab -> shards[] -> parts[] -> finalize
 #
-# each job after the one before (--dependency=afterok); pieces[], sentences[] and shards[] are job
+# each job after the one before (--dependency=afterok); pieces[], sentences[], shards[] and parts[] are job
 # arrays, one element per dump piece, per sentence shard and per shard; vocab is submitted only when
-# no --vocab-file is given. Only what is not complete yet is submitted: a stage that is
+# no --vocab-file is given, parts[] only for a layout with a finishing step (--output-format parquet). Only what is not complete yet is submitted: a stage that is
 # complete is left out, an array gets only its missing elements. So after a failure, a time-out or a
 # cancelled element, run the same command again. While jobs of this dataset's previous submission are
 # still queued or running it refuses (they would run the same elements twice): wait, or scancel them.
@@ -21,23 +23,32 @@ set -euo pipefail
 
 usage() {
   echo "usage: cluster/slurm/submit.sh 128|384|512 --data-dir D --dump-url U --wiki W --dump-date YYYYMMDD [PARAMETERS]" >&2
+  echo "       cluster/slurm/submit.sh text-128|text-384|text-512 --data-dir D --text-dir T --text-format F [PARAMETERS]" >&2
+  echo "       cluster/slurm/submit.sh mix-128|mix-384|mix-512 --data-dir D --recipe FILE [PARAMETERS]" >&2
   exit 2
 }
 [ $# -ge 1 ] || usage
 dataset=$1
 shift
-case $dataset in 128 | 384 | 512) ;; *) usage ;; esac
+# The dataset task and the task of one element of its chain: a dump's (128), a text corpus' (text-128) or a
+# mixture's (mix-128).
+case $dataset in
+  128 | 384 | 512) task=Pretrain$dataset stage_task=SlurmStage$dataset ;;
+  text-128 | text-384 | text-512) task=PretrainText${dataset#text-} stage_task=SlurmTextStage${dataset#text-} ;;
+  mix-128 | mix-384 | mix-512) task=PretrainMix${dataset#mix-} stage_task=SlurmMixStage${dataset#mix-} ;;
+  *) usage ;;
+esac
 command -v sbatch >/dev/null || { echo "wikiprep: error: sbatch not found: submit from a Slurm login node" >&2; exit 1; }
 
 # Paths given relative to where this was started, made absolute: the jobs run from the project root.
 params=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --data-dir | --vocab-file)
+    --data-dir | --vocab-file | --text-dir | --recipe)
       [ $# -ge 2 ] || usage
       params+=("$1" "$(realpath -m -- "$2")")
       shift 2 ;;
-    --data-dir=* | --vocab-file=*)
+    --data-dir=* | --vocab-file=* | --text-dir=* | --recipe=*)
       params+=("${1%%=*}" "$(realpath -m -- "${1#*=}")")
       shift ;;
     *)
@@ -53,7 +64,7 @@ venv=${WIKIPREP_VENV:-$ROOT/.venv}
 
 # What is still to run, per stage (workflows/slurm.py); a bad parameter is refused here, before any job.
 plan=$(PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$venv/bin/python" -m workflows slurm-plan \
-         "Pretrain$dataset" "${params[@]}") || exit 1
+         "$task" "${params[@]}") || exit 1
 eval "$plan"
 
 slurm_dir=$(dirname "$DATASET_DIR")/slurm/$(basename "$DATASET_DIR")
@@ -73,6 +84,8 @@ fi
 # What every job reads: the dataset, its parameters, the venv.
 {
   printf 'DATASET=%q\n' "$dataset"
+  printf 'TASK=%q\n' "$task"
+  printf 'STAGE_TASK=%q\n' "$stage_task"
   printf 'DATASET_DIR=%q\n' "$DATASET_DIR"
   printf 'WIKIPREP_VENV=%q\n' "$venv"
   if [ -n "${WIKIPREP_CONTACT:-}" ]; then printf 'export WIKIPREP_CONTACT=%q\n' "$WIKIPREP_CONTACT"; fi
@@ -84,13 +97,13 @@ mv "$slurm_dir/job.env.tmp" "$slurm_dir/job.env"
 
 dep=""
 submitted=()
-for stage in download punkt pieces sentences vocab shards finalize; do
+for stage in download punkt pieces sentences vocab shards parts finalize; do
   var=TODO_$stage
   todo=${!var}
   [ -n "$todo" ] || continue
   opts=(--parsable --chdir="$ROOT")
   case $stage in
-    pieces | sentences | shards)
+    pieces | sentences | shards | parts)
       opts+=(--array="$todo${SLURM_MAX_RUNNING:+%$SLURM_MAX_RUNNING}" --output="$slurm_dir/logs/%x-%A_%a.out") ;;
     *)
       opts+=(--output="$slurm_dir/logs/%x-%j.out") ;;
@@ -102,7 +115,7 @@ for stage in download punkt pieces sentences vocab shards finalize; do
   dep=$id
   submitted+=("$stage $id")
   case $stage in
-    pieces | sentences | shards) echo "$stage $id --array=$todo" ;;
+    pieces | sentences | shards | parts) echo "$stage $id --array=$todo" ;;
     *) echo "$stage $id" ;;
   esac
 done

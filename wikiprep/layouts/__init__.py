@@ -8,7 +8,9 @@ layout is one module here (a `Layout` value named `LAYOUT`) and one line in `LAY
 
 - `tfrecord`: google-research/bert's TFRecords (the default, and the standard layout everything is read back to);
 - `remask`: Graphcore's static-mask TFRecords (`--layout remask`, create-pretraining-data's `--remask`);
-- `hdf5`: NVIDIA's HDF5 files (`--output-format hdf5`, an `--output_file` named `.hdf5` or `.h5`).
+- `hdf5`: NVIDIA's HDF5 files (`--output-format hdf5`, an `--output_file` named `.hdf5` or `.h5`);
+- `parquet`: LDDL's Parquet files (`--output-format parquet`, an `--output_file` named `.parquet`), with
+  `--masking` and `--bin-size`.
 
 Nothing outside this package names a layout (tests/test_layout.py holds the code to it). The flags
 are a contract, mapped here to one `Layout` value where they enter, which is then passed whole:
@@ -45,6 +47,7 @@ LAYOUTS: dict[str, Layout] = _registry(
     "tfrecord",  # google-research/bert's TFRecords
     "remask",    # Graphcore's static-mask TFRecords
     "hdf5",      # NVIDIA's HDF5
+    "parquet",   # LDDL's Parquet
 )
 DEFAULT = next(iter(LAYOUTS.values()))
 _STATIC_MASK = LAYOUTS["remask"]  # what create-pretraining-data's --remask chooses
@@ -53,6 +56,7 @@ _STATIC_MASK = LAYOUTS["remask"]  # what create-pretraining-data's --remask choo
 OUTPUT_FORMATS = tuple(dict.fromkeys(layout.flags[0] for layout in LAYOUTS.values()))
 LAYOUT_FLAGS = tuple(dict.fromkeys(layout.flags[1] for layout in LAYOUTS.values()))
 PAD_POSITION_VALUE = _STATIC_MASK.pad_position_value  # the default of --pad-position-value
+MASKINGS = LAYOUTS["parquet"].maskings  # the values of --masking, the default first
 
 # A description's flag keys when it has none: the default layout's (whose description records none).
 DEFAULT_DESCRIPTION = dict(zip(FLAG_KEYS, DEFAULT.flags))
@@ -71,6 +75,12 @@ def suffixes() -> tuple[str, ...]:
     return tuple(dict.fromkeys(s for layout in LAYOUTS.values() for s in layout.suffixes))
 
 
+def suffix_of(path: str | os.PathLike) -> str:
+    """The layout suffix a file is named with (`.parquet` for LDDL's bin files `x.parquet_3`), else its own suffix."""
+    path = Path(path)
+    return next((s for s in (layout.suffix_of(path) for layout in LAYOUTS.values()) if s), path.suffix.lower())
+
+
 def _file_kind(output_format: str) -> str:
     return next(layout.file_kind for layout in LAYOUTS.values() if layout.flags[0] == output_format)
 
@@ -82,6 +92,7 @@ def from_flags(output_format: str, layout: str, *, what: str | None = None, **pa
     what = what or f"--output-format {output_format} --layout {layout}"
     for candidate in LAYOUTS.values():
         if candidate.flags == (output_format, layout):
+            _refuse_parameters(candidate, parameters)
             return candidate.with_parameters(**parameters)
     notes = [candidate.flags_note for candidate in LAYOUTS.values() if candidate.flags[1] == layout] + \
             [candidate.flags_note for candidate in LAYOUTS.values() if candidate.flags[0] == output_format]
@@ -90,6 +101,19 @@ def from_flags(output_format: str, layout: str, *, what: str | None = None, **pa
         raise PrepError(f"{what}: {'; '.join(notes)}")
     raise PrepError(f"{what}: no such layout (output formats: {', '.join(OUTPUT_FORMATS)}; layouts: "
                     f"{', '.join(LAYOUT_FLAGS)})")
+
+
+def _refuse_parameters(layout: Layout, parameters: dict[str, Any]) -> None:
+    """PrepError for a parameter of another layout given a value other than its default (`--bin-size 64` with
+    TFRecords): it would change nothing, silently."""
+    for name, value in parameters.items():
+        owner = next((o for o in LAYOUTS.values() if name in o.parameters), None)
+        if name in layout.parameters or owner is None or value is None or value == getattr(owner, name):
+            continue
+        flag = "--" + name.replace("_", "-")
+        raise PrepError(f"{flag} {value}: only {owner.title} takes it (--output-format {owner.flags[0]}"
+                        f"{'' if owner.flags[1] == DEFAULT.flags[1] else ' --layout ' + owner.flags[1]}), "
+                        f"not {layout.title}")
 
 
 def implies_fixed_mask_count(layout: str) -> bool:
@@ -103,12 +127,16 @@ def implies_fixed_mask_count(layout: str) -> bool:
 
 def add_create_flags(parser: argparse.ArgumentParser) -> None:
     """create-pretraining-data's layout flags besides the outputs' names: Graphcore's (its --remask and
-    --pad_position_value, spelled as its create_pretraining_data.py spells them)."""
+    --pad_position_value, spelled as its create_pretraining_data.py spells them), and LDDL's --masking. LDDL's
+    bins are not among them: balancing files per bin is a dataset's finishing step (the Luigi tasks')."""
     parser.add_argument("--remask", action="store_true",
                         help="Graphcore's static-mask layout (masked tokens first), as its --remask writes it; implies "
                              "--fixed_mask_count")
     parser.add_argument("--pad_position_value", "--pad-position-value", type=int, default=PAD_POSITION_VALUE,
                         help=f"with --remask, the input_position of an empty slot (default {PAD_POSITION_VALUE})")
+    parser.add_argument("--masking", choices=MASKINGS, default=None,
+                        help="with an --output_file named .parquet (LDDL's layout): static (default: the masks "
+                             "stored) or dynamic (the pairs unmasked; LDDL's loader masks them)")
 
 
 def create_layout_flag(args: argparse.Namespace) -> str:
@@ -119,10 +147,11 @@ def create_layout_flag(args: argparse.Namespace) -> str:
 def from_output_names(output_files: Sequence[str | os.PathLike], layout: str, **parameters: Any) -> Layout:
     """The layout create-pretraining-data writes to `output_files` with `--layout layout` (`create_layout_flag`):
     the format as NVIDIA's create_pretraining_data.py decides it, HDF5 when the names end in `.hdf5` or
-    `.h5` (a layout's `named_outputs` and `suffixes`), the default format when they end otherwise. PrepError
+    `.h5` (a layout's `named_outputs` and `suffixes`), Parquet when in `.parquet`, the default format when they
+    end otherwise. PrepError
     for a mix (one run spills its instances in one form) and for a format and layout that make none."""
     def format_of(path) -> str:
-        suffix = Path(path).suffix.lower()
+        suffix = suffix_of(path)
         return next((candidate.flags[0] for candidate in LAYOUTS.values()
                      if candidate.named_outputs and suffix in candidate.suffixes), DEFAULT.flags[0])
 
@@ -165,7 +194,7 @@ def from_description(description: dict) -> Layout:
 def of_file(path: Path) -> tuple[Layout, dict[str, int]]:
     """The layout a record file holds, and the dimensions it implies: among the layouts whose files have its
     suffix (the default's kind of file for any other suffix), the one its contents fit (`Layout.recognize`)."""
-    suffix = path.suffix.lower()
+    suffix = suffix_of(path)
     family = [layout for layout in LAYOUTS.values() if suffix in layout.suffixes] or \
              [layout for layout in LAYOUTS.values() if layout.file_kind == DEFAULT.file_kind]
     return family[0].recognize(path, family)

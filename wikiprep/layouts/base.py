@@ -7,7 +7,10 @@ what it cannot hold (`check`, `check_outputs`), encodes each instance as the gen
 (`encoder`, or the compiled generator's own code for it, `compiled_code`), writes the spilled
 encodings to its files (`writers`), and reads its files back as standard-layout batches (`batches`,
 `instances`, `count`, `recognize`). Subclasses fill these in: `framed.FramedLayout` for TFRecords
-(framed records, an index beside each file), `hdf5.HDF5Layout` for files written in columns from rows.
+(framed records, an index beside each file), `hdf5.HDF5Layout` for files written in columns from rows,
+`parquet.ParquetLayout` for LDDL's Parquet files, which also has a finishing step (`finishing`): its
+shards are staged, and their instances dealt over balanced files once every shard is written
+(`plan_parts`, `write_part`, the files of each part named by `part_names`).
 A new layout of columnar files may spill the rows HDF5 spills (`hdf5.InstanceRows`, and the compiled
 generator's code for them) and write its own files from blocks of them; one whose encoder the
 compiled generator does not know gives `compiled_code` None, and the Python generator runs with it.
@@ -89,6 +92,9 @@ class Layout:
     def check(self, options) -> None:
         """Refuse, with one PrepError line, generation options whose instances it cannot hold."""
 
+    def check_shards(self, num_shards: int) -> None:
+        """Refuse, with one PrepError line, a dataset of `num_shards` shards it cannot lay out."""
+
     def check_outputs(self, output_files: Sequence[str | os.PathLike],
                       index_files: Sequence[str | os.PathLike | None]) -> None:
         """Refuse, with one PrepError line, outputs (and their index files) it cannot write."""
@@ -109,11 +115,42 @@ class Layout:
         return {"layout": self.compiled_code, "framed": self.framed, "pad_position": b"\x00"}
 
     def writers(self, paths: Sequence[Path], index_paths: Sequence[str | os.PathLike | None], dims: dict[str, int],
-                *, overwrite: bool = False) -> ContextManager[Outputs]:
-        """Its files at `paths` (and index files), opened together; `overwrite` as `shardkit.atomic`'s."""
+                *, overwrite: bool = False, vocab=None) -> ContextManager[Outputs]:
+        """Its files at `paths` (and index files), opened together; `overwrite` as `shardkit.atomic`'s. `vocab`
+        (a `tokenization.Vocab`): the vocabulary, for a layout that writes tokens as text."""
+        raise NotImplementedError
+
+    # -- a finishing step: files made from every shard, once all are written -------------------------
+
+    @property
+    def finishing(self) -> bool:
+        """Whether its dataset's shards are staged and its files made from all of them by finishing parts (one
+        per shard index: `part_names`, `plan_parts`, `write_part`); else the shards are its files."""
+        return False
+
+    def part_names(self, prefix: str, part: int, dims: dict[str, int]) -> list[str]:
+        """The names of the files finishing part `part` writes."""
+        raise NotImplementedError
+
+    def plan_parts(self, shard_stats: list[dict], dims: dict[str, int], num_parts: int) -> dict:
+        """From the staged shards' writer stats (in shard order), what each finishing part writes (JSON-able)."""
+        raise NotImplementedError
+
+    def write_part(self, plan: dict, part: int, staged: Sequence[Path], paths: Sequence[Path],
+                   dims: dict[str, int], *, progress: Progress | None = None) -> list[int]:
+        """Write part `part` of `plan` to `paths` (`part_names`) from the staged shards, committed together;
+        the instances of each file."""
         raise NotImplementedError
 
     # -- reading back -----------------------------------------------------------------------------
+
+    def suffix_of(self, path: Path) -> str | None:
+        """Which of its suffixes the file at `path` is named with, or None."""
+        suffix = path.suffix.lower()
+        return suffix if suffix in self.suffixes else None
+
+    def check_counts(self, counts: dict[Path, int]) -> None:
+        """Refuse, with one PrepError line, a dataset whose files hold these instance counts (its readers' rules)."""
 
     def recognize(self, path: Path, family: list["Layout"]) -> tuple["Layout", dict[str, int]]:
         """The layout of `family` (this one and those whose files have the same suffixes) that the file at
@@ -128,13 +165,16 @@ class Layout:
         """The instances of one file without parsing them (checked against its index when it has one)."""
         raise NotImplementedError
 
-    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True) -> Iterator[dict]:
+    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True,
+                vocab: Path | None = None) -> Iterator[dict]:
         """The instances of one file as standard-layout numpy batches (BERT_INSTANCE's features and shapes, int64
         and float32, as TensorFlow parses them), BATCH at a time; PrepError naming the file and record that
-        breaks the layout. `tensorflow` False: read without importing TensorFlow while the records allow it."""
+        breaks the layout. `tensorflow` False: read without importing TensorFlow while the records allow it.
+        `vocab`: the vocab.txt, for a layout that holds tokens as text."""
         raise NotImplementedError
 
-    def instances(self, path: Path, dims: dict[str, int], n: int) -> Iterator[tuple[str, dict]]:
+    def instances(self, path: Path, dims: dict[str, int], n: int, vocab: Path | None = None
+                  ) -> Iterator[tuple[str, dict]]:
         """('record i (B bytes)' or 'instance i', {feature: values}) of the first `n` instances of one file, in
         the standard layout (BERT_INSTANCE's features, padded), read without TensorFlow."""
         raise NotImplementedError

@@ -24,7 +24,7 @@ from shardkit.example import (FLOAT, NotPlainExample, decode_batch, decode_examp
 from shardkit.progress import Progress
 from shardkit.records import check_index, read_records, record_writers
 from shardkit.schema import Schema
-from shardkit.tf import error_text, import_tensorflow
+from shardkit.tf import error_text, import_tensorflow, tensorflow_installed
 
 from .. import speedups
 from ..schema import BERT_INSTANCE, PRED, SEQ
@@ -46,7 +46,7 @@ class FramedLayout(Layout):
         ValueError naming the first record that breaks the layout. The standard layout's is itself."""
         return batch
 
-    def writers(self, paths, index_paths, dims, *, overwrite=False):
+    def writers(self, paths, index_paths, dims, *, overwrite=False, vocab=None):
         return _RecordOutputs(paths, index_paths, overwrite)
 
     def recognize(self, path: Path, family: list[Layout]) -> tuple[Layout, dict[str, int]]:
@@ -74,7 +74,7 @@ class FramedLayout(Layout):
             return check_index(path, self.index_path(path))
         return sum(1 for _ in read_records(path))
 
-    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True) -> Iterator[dict]:
+    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True, vocab=None) -> Iterator[dict]:
         done = 0
         for batch in _record_batches(self.schema, dims, path, tensorflow):
             try:
@@ -84,7 +84,7 @@ class FramedLayout(Layout):
             yield standard
             done += len(batch["input_ids"])
 
-    def instances(self, path: Path, dims: dict[str, int], n: int) -> Iterator[tuple[str, dict]]:
+    def instances(self, path: Path, dims: dict[str, int], n: int, vocab=None) -> Iterator[tuple[str, dict]]:
         """The records as they are, whichever tool wrote them (the original's protobuf orders features its own way)."""
         for index, data in enumerate(read_records(path)):
             if index >= n:
@@ -219,7 +219,8 @@ def _parsed_batches(tf, schema: Schema, dims: dict[str, int], path: Path, *, ski
 def _plain_batches(schema: Schema, dims: dict[str, int], path: Path, state: dict) -> Iterator[dict]:
     """The batches `_parsed_batches` gives, decoded without TensorFlow (`example.decode_batch`) for as long as the
     records are in the plain form it takes and the file reads without a framing or checksum error. Counts the
-    batches given in state["batches"]; state["whole"] says whether they are the whole file."""
+    batches given in state["batches"]; state["whole"] says whether they are the whole file, state["stop"] why not
+    (the framing error, or None for a record not in the plain form)."""
     features = [(f.name, f.kind, f.length(dims)) for f in schema.features]
     scalars = [f.name for f in schema.features if f.shape == ()]  # FixedLenFeature([]): one value a record, [B]
     payloads = read_records(path)
@@ -230,18 +231,29 @@ def _plain_batches(schema: Schema, dims: dict[str, int], path: Path, state: dict
                 decoded[name] = decoded[name].reshape(-1)
             state["batches"] += 1
             yield decoded
-    except (NotPlainExample, PrepError):
+    except NotPlainExample:
+        return
+    except PrepError as e:
+        state["stop"] = e
         return
     state["whole"] = True
 
 
 def _record_batches(schema: Schema, dims: dict[str, int], path: Path, tensorflow: bool) -> Iterator[dict]:
-    """The batches of one TFRecord file in `schema`: TensorFlow's, or decoded without it first."""
-    state = {"batches": 0, "whole": False}
-    if not tensorflow:
+    """The batches of one TFRecord file in `schema`: TensorFlow's, or decoded without it first. Without
+    TensorFlow installed (an optional extra), decoded without it; a file that cannot be is then refused in one
+    line: its framing error, or that its records need TensorFlow's parser."""
+    state = {"batches": 0, "whole": False, "stop": None}
+    installed = tensorflow_installed()
+    if not tensorflow or not installed:
         yield from _plain_batches(schema, dims, path, state)
         if state["whole"]:
             return
+        if not installed:
+            if state["stop"] is not None:
+                raise state["stop"]
+            raise PrepError(f"{path}: records from batch {state['batches']} on are not in the plain form read "
+                            f"without TensorFlow, which is not installed (pip install 'wikiprep[tensorflow]')")
     yield from _parsed_batches(import_tensorflow(), schema, dims, path, skip=state["batches"])
 
 

@@ -73,7 +73,7 @@ class HDF5Layout(Layout):
     def encoder(self, max_seq_length: int, max_predictions_per_seq: int) -> "InstanceRows":
         return InstanceRows(max_seq_length, max_predictions_per_seq)
 
-    def writers(self, paths, index_paths, dims, *, overwrite=False) -> "HDF5Files":
+    def writers(self, paths, index_paths, dims, *, overwrite=False, vocab=None) -> "HDF5Files":
         return HDF5Files(paths, dims, overwrite=overwrite)
 
     def file_dims(self, path: Path) -> dict[str, int]:
@@ -83,14 +83,14 @@ class HDF5Layout(Layout):
         """The row count its datasets declare."""
         return count_instances(path)
 
-    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True) -> Iterator[dict]:
+    def batches(self, path: Path, dims: dict[str, int], *, tensorflow: bool = True, vocab=None) -> Iterator[dict]:
         held = file_dims(path)
         if held != dims:
             raise PrepError(f"{path}: seq {held[SEQ]}, {held[PRED]} predictions; "
                             f"expected seq {dims[SEQ]}, {dims[PRED]} predictions")
         yield from read_batches(path, BATCH)
 
-    def instances(self, path: Path, dims: dict[str, int], n: int) -> Iterator[tuple[str, dict]]:
+    def instances(self, path: Path, dims: dict[str, int], n: int, vocab=None) -> Iterator[tuple[str, dict]]:
         shown = 0
         for b in read_batches(path, min(n, READ_ROWS)):
             for i in range(len(b["input_ids"])):

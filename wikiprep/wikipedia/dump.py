@@ -64,7 +64,7 @@ import requests
 
 from wikiprep import __version__
 from shardkit import fetch
-from shardkit.atomic import receipt_path, write_bytes, write_receipt
+from shardkit.atomic import make_parent_folder, receipt_path, write_bytes, write_receipt
 from shardkit.errors import PrepError, excerpt
 from shardkit.progress import Progress
 
@@ -367,7 +367,7 @@ def fetch_dump_status(
                 raise PrepError(f"cannot fetch {surl}: HTTP {sstatus}")
             parse_sums(sbody, surl, htype)
             sums[name] = (surl, sbody)
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    make_parent_folder(dest_dir / STATUS_FILE)  # a read-only or full disk: one line
     for name in _sums_names(wiki, date).values():
         path = dest_dir / name
         if name in sums:
@@ -462,6 +462,9 @@ def list_parts(source: Path | str | dict, wiki: str, date: str, *, multistream: 
     parts = []
     for name in sorted(files, key=_natural_key):
         entry = files[name]
+        if entry["size"] == 0:  # a job that failed writing it: no part of a dump is empty
+            raise PrepError(f"{job} in {where} lists {name} as 0 bytes: an empty dump part, so a broken dump; "
+                            f"pick another --dump-date")
         hashes = {h: entry[h] or sums.get(h, {}).get(name) for h in HASH_TYPES}
         if need_hashes and not any(hashes.values()):
             raise PrepError(

@@ -91,6 +91,7 @@ from wikiextractor import extract as wx
 from shardkit.atomic import atomic_write
 from shardkit.errors import PrepError, excerpt
 from shardkit.progress import Progress, Stage, throttle
+from shardkit.verified import check_file, open_committed, verify_rest
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,8 @@ class _ByteRange(io.RawIOBase):
     """Bytes [start, end) of an open file, as a file of their own (for BZ2File)."""
 
     def __init__(self, f, start: int, end: int):
-        f.seek(start)
+        if f.tell() != start:  # a whole part is read from its start, through a reader that cannot seek
+            f.seek(start)
         self.f, self.left = f, end - start
 
     def readable(self) -> bool:
@@ -329,6 +331,31 @@ def _siteinfo_head(raw, name: str) -> bytes:
                 raise PrepError(f"dump part {name} has no <siteinfo> in its first 16 MB: cannot slice it")
             head += block
     return head[:head.index(b"</siteinfo>") + len(b"</siteinfo>")] + b"\n"
+
+
+_MEDIAWIKI_START = re.compile(rb"<mediawiki\b[^>]*>")
+_XML_LANG = re.compile(rb"""\sxml:lang\s*=\s*["']([^"'<>]*)["']""")
+_HEAD_LIMIT = 1 << 20
+
+
+def part_language(path: Path) -> str | None:
+    """The language of a dump part's text: the xml:lang of its <mediawiki> start tag, where MediaWiki's export
+    writes the wiki's content language ("en", "zh", "ja"); None when the tag has none. PrepError when the part
+    is no bz2 file or has no <mediawiki> start tag in its first MB."""
+    head = b""
+    try:
+        with bz2.open(path) as stream:
+            while (tag := _MEDIAWIKI_START.search(head)) is None and len(head) < _HEAD_LIMIT:
+                block = stream.read(1 << 16)
+                if not block:
+                    break
+                head += block
+    except (OSError, EOFError, ValueError) as e:
+        raise PrepError(f"dump part {path.name}: cannot read its header ({e})") from None
+    if tag is None:
+        raise PrepError(f"dump part {path.name}: no <mediawiki> start tag in its first MB: not a MediaWiki dump")
+    lang = _XML_LANG.search(tag.group(0))
+    return lang.group(1).decode("utf-8", "replace") if lang else None
 
 
 class _PageTarget:
@@ -460,7 +487,9 @@ class PartReader:
         parser = ET.XMLParser(target=target)
         quiet = 0  # bytes fed since the parser last reported anything
         try:
-            raw = open(self.path, "rb")
+            # A whole part is checked against its download's receipt as it is read; a slice, which reads only
+            # its range, by bz2's own checksums, and against the receipt when they fail (`_damage_first`).
+            raw = open_committed(self.path) if self.byte_range is None else open(self.path, "rb")
         except OSError as e:
             raise PrepError(f"cannot open dump part {self.path}: {e.strerror}") from None
         with raw:
@@ -470,9 +499,11 @@ class PartReader:
                 try:
                     block, own = next(stream, (b"", True))
                 except EOFError:
+                    self._damage_first(raw)
                     raise PrepError(f"dump part {name} is truncated: the bz2 stream ends early "
                                     f"after {self.xml_bytes} bytes of XML") from None
                 except OSError as e:
+                    self._damage_first(raw)
                     raise PrepError(f"dump part {name} is not a valid bz2 file ({e})") from None
                 if first:
                     _check_encoding(block, name)
@@ -483,6 +514,7 @@ class PartReader:
                 try:
                     parser.feed(block)
                 except ET.ParseError as e:
+                    self._damage_first(raw)
                     raise PrepError(f"dump part {name} is not well-formed XML or not UTF-8/UTF-16 "
                                     f"text (expat: {e})") from None
                 # Text arrives in pieces as it is fed; only a single token (a tag, an attribute, a
@@ -499,8 +531,17 @@ class PartReader:
         try:
             parser.close()
         except ET.ParseError as e:
+            self._damage_first(raw)
             raise PrepError(f"dump part {name} ends inside the XML ({e}): truncated or damaged") from None
         yield from self._pages(target)
+
+    def _damage_first(self, raw) -> None:
+        """Before an error about the part's content: Damaged if the part differs from its receipt, so that a
+        download damaged since it was verified is named, removed and fetched again, not blamed on the dump."""
+        if self.byte_range is None:
+            verify_rest(raw)
+        else:
+            check_file(self.path)
 
     def _pages(self, target: _PageTarget) -> Iterator[Page]:
         events, target.events = target.events, []

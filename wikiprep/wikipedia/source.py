@@ -10,18 +10,27 @@ Where its files live under the data folder DATA:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from shardkit.atomic import read_receipt
 from shardkit.errors import PrepError
+from shardkit.verified import open_committed, verify_rest
 
 from ..corpus import Document, Source
 from . import dump
 from .clean import clean_document
-from .extract import Piece, pieces
+from .extract import Piece, part_language, pieces
+
+
+@functools.lru_cache(maxsize=4)
+def _part_language(path: str, size: int) -> str | None:
+    """`part_language`, read once per verified part in this process (every shard's task asks for it)."""
+    return part_language(Path(path))
 
 
 def read_extracted(path: str | Path, consumed: list[int] | None = None) -> Iterator[dict]:
@@ -29,23 +38,30 @@ def read_extracted(path: str | Path, consumed: list[int] | None = None) -> Itera
     given, follows the bytes of the file read so far (to within the 8 KiB the text layer reads ahead)."""
     path = Path(path)
     try:
-        f = open(path, encoding="utf-8")
+        f = open_committed(path, "r", encoding="utf-8")  # checked against its receipt as it is read
     except FileNotFoundError:
         raise PrepError(f"{path}: extracted part not found") from None
     with f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-                doc["id"] = int(doc["id"])
-                if not isinstance(doc["text"], str):
-                    raise TypeError
-            except (ValueError, KeyError, TypeError):
-                raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") from None
-            if consumed is not None:
-                consumed[0] = f.buffer.tell()
-            yield doc
+        n = 0
+        try:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    doc = json.loads(line)
+                    doc["id"] = int(doc["id"])
+                    if not isinstance(doc["text"], str):
+                        raise TypeError
+                except (ValueError, KeyError, TypeError):
+                    verify_rest(f)  # damage is named as such, not as a bad line
+                    raise PrepError(f"{path}: line {n} is not an extracted document (JSON with id and text)") \
+                        from None
+                if consumed is not None:
+                    consumed[0] = f.buffer.tell()
+                yield doc
+        except UnicodeDecodeError:
+            verify_rest(f)
+            raise PrepError(f"{path}: line {n + 1} is not UTF-8 text") from None
 
 
 def extracted_documents(path: str | Path, *, min_chars: int) -> Iterator[Document]:
@@ -73,6 +89,7 @@ class WikipediaSource(Source):
     extract_slice_mb: float = 100.0
     status: dict | None = None
     download: dict = field(default_factory=dict)  # dump.fetch_dump_status's settings: retries, timeouts
+    language_override: str | None = None  # the text's language given by hand, instead of the dump's header's
 
     shard_prefix = "wiki"
     same_bytes = ("extract_slice_mb",)  # slices cut the work; the shards are the same bytes whatever their size
@@ -105,6 +122,22 @@ class WikipediaSource(Source):
                                    need_hashes=False)
         return dump.dump_parts(self.dump_url, self.wiki, self.dump_date, self.download_dir,
                                multistream=self.multistream, **self.download)
+
+    def language(self) -> str | None:
+        """`language_override`, or the dump's own: the xml:lang of its first part's header
+        (`extract.part_language`), once that part is downloaded and verified (None before; nothing is
+        fetched to learn it)."""
+        if self.language_override is not None:
+            return self.language_override
+        if self.status is None and not (self.download_dir / dump.STATUS_FILE).is_file():
+            return None
+        try:
+            first = self.download_dir / self.parts()[0].name
+        except PrepError:
+            return None  # no usable status yet: the run that downloads the parts names the problem
+        if read_receipt(first) is None:
+            return None
+        return _part_language(str(first), first.stat().st_size)
 
     def pieces(self) -> list[Piece]:
         """Whole parts, or slices of about `extract_slice_mb` MB of bz2 of multistream ones, in dump order."""

@@ -248,3 +248,37 @@ def test_one_allocation_drains_on_the_warning_signal_and_a_resubmission_finishes
     assert f"OK {dataset}: " in text
     assert (dataset / "MANIFEST.json").read_bytes() == serial_manifest
     assert not leftovers(data)
+
+
+def test_a_mixtures_chain_writes_what_one_process_writes(site, tmp_path):
+    """make slurm-mix-128: the sample dump and a books folder (twice; short books, so --min-doc-chars 0), every job
+    of the chain completed, and the same MANIFEST.json as PretrainMix128 with the local scheduler."""
+    books = tmp_path / "books"
+    books.mkdir()
+    for i in range(6):
+        (books / f"{i}.txt").write_text(f"Book {i} opens on a quiet morning. The river ran high after the rain.\n\n"
+                                        f"Nobody in the settlement had seen book {i}'s stranger before.\n",
+                                        encoding="utf-8")
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(f'name = "wiki-books"\n[[source]]\nkind = "wikipedia"\nwiki = "{WIKI}"\ndump_date = "{DATE}"\n'
+                      f'dump_url = "{site.as_uri()}"\n[[source]]\nkind = "text"\npath = "{books}"\nformat = "books"\n'
+                      f'repeat = 2\n', encoding="utf-8")
+    mix = ["--recipe", str(recipe), "--num-shards", "2", "--vocab-size", "8000", "--min-doc-chars", "0"]
+    serial = tmp_path / "serial"
+    r = subprocess.run([str(VENV / "bin" / "luigi"), "--module", "workflows", "PretrainMix128", "--data-dir",
+                        str(serial), *mix, "--local-scheduler", "--workers", "1"], cwd=REPO, env=env(),
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = tmp_path / "data"
+    r = subprocess.run([str(REPO / "cluster/slurm/submit.sh"), "mix-128", "--data-dir", str(data), *mix], cwd=REPO,
+                       env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    jobs = dict(re.fullmatch(r"(\w+) (\d+)(?: --array=\S+)?", line).groups()
+                for line in r.stdout.splitlines() if re.fullmatch(r"\w+ \d+(?: --array=\S+)?", line))
+    assert list(jobs) == STAGES, r.stdout
+    wait_gone(list(jobs.values()))
+    for stage, job in jobs.items():
+        assert set(states(job).values()) == {"COMPLETED"}, (stage, states(job))
+    dataset = Path("wiki-books") / "seq128_mask20_dup5"
+    assert (data / dataset / "MANIFEST.json").read_bytes() == (serial / dataset / "MANIFEST.json").read_bytes()
+    assert not leftovers(data)

@@ -1,0 +1,1 @@
+from .bert import get_bert_pretrain_data_loader
