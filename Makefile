@@ -37,6 +37,20 @@ SBATCH_ARGS ?=
 SLURM_MAX_RUNNING ?=
 DEMO_DIR   ?= demo
 
+# A variable given on the command line that this Makefile never sets, but whose name is close to one it does
+# (NUM_SHARD=3 for NUM_SHARDS), is a typo that would silently build with the default: refused, naming the one meant.
+MAKEFILE_VARIABLES := $(shell sed -n 's/^\([A-Z][A-Z_]*\) *[?:]*=.*/\1/p' $(firstword $(MAKEFILE_LIST)))
+UNKNOWN_VARIABLES := $(filter-out $(MAKEFILE_VARIABLES),$(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
+ifneq ($(UNKNOWN_VARIABLES),)
+VARIABLE_TYPOS := $(shell python3 -c 'import difflib, sys; known = sys.argv[1].split(); print("; ".join(f"{v} is not a variable of this Makefile: did you mean {c[0]}?" for v in sys.argv[2:] for c in [difflib.get_close_matches(v, known, n=1, cutoff=0.75)] if c))' '$(MAKEFILE_VARIABLES)' $(UNKNOWN_VARIABLES))
+ifneq ($(VARIABLE_TYPOS),)
+$(error $(VARIABLE_TYPOS))
+endif
+endif
+
+# The command a Luigi run names to resume it when interrupted (workflows/console.py): the make command given.
+RESUME_COMMAND = WIKIPREP_COMMAND='make $(MAKECMDGOALS) $(MAKEOVERRIDES)'
+
 PRETRAIN_ARGS := $(if $(FORMAT),--output-format $(FORMAT)) $(if $(LAYOUT),--layout $(LAYOUT)) \
   $(if $(MAX_PREDICTIONS),--max-predictions-per-seq $(MAX_PREDICTIONS)) $(if $(LANGUAGE),--language $(LANGUAGE)) \
   $(if $(DO_LOWER_CASE),--do-lower-case $(DO_LOWER_CASE)) \
@@ -71,7 +85,7 @@ constraints:
 	mv constraints.txt.new constraints.txt && rm -rf .venv-constraints
 
 demo: setup
-	$(BIN)/luigi --module workflows Demo --out-dir $(DEMO_DIR) --local-scheduler --workers 2
+	$(RESUME_COMMAND) $(BIN)/luigi --module workflows Demo --out-dir $(DEMO_DIR) --local-scheduler --workers 2
 	$(BIN)/python -m workflows summary $(DEMO_DIR)
 
 test: setup
@@ -103,7 +117,7 @@ wiki-128 wiki-384 wiki-512: setup
 	@if [ -z "$(DUMP_DATE)" ]; then \
 	  echo "make $@: set DUMP_DATE=YYYYMMDD, the date of a finished dump (see README: picking a dump); nothing falls back to 'latest'" >&2; \
 	  exit 2; fi
-	$(BIN)/luigi --module workflows Pretrain$(subst wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
+	$(RESUME_COMMAND) $(BIN)/luigi --module workflows Pretrain$(subst wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
 	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS) \
 	  --workers $(WORKERS) $(SCHEDULER_ARGS)
@@ -122,7 +136,7 @@ imagenet: setup
 	@if [ -z "$(TRAIN)" ] || [ -z "$(VAL)" ] || [ -z "$(OUT)" ]; then \
 	  echo "make imagenet: set TRAIN=..., VAL=... and OUT=... (and LABELS=... unless VAL holds <wnid>/ folders); see README, ImageNet" >&2; \
 	  exit 2; fi
-	$(BIN)/luigi --module workflows ImageNet --train-dir $(TRAIN) --validation-dir $(VAL) \
+	$(RESUME_COMMAND) $(BIN)/luigi --module workflows ImageNet --train-dir $(TRAIN) --validation-dir $(VAL) \
 	  $(if $(LABELS),--val-labels $(LABELS)) --output-dir $(OUT) \
 	  --train-shards $(TRAIN_SHARDS) --validation-shards $(VALIDATION_SHARDS) --workers $(WORKERS) $(SCHEDULER_ARGS)
 
@@ -148,7 +162,7 @@ TEXT_ARGS = --text-dir $(TEXT_DIR) --text-format $(TEXT_FORMAT) $(if $(TEXT_FIEL
 text-128 text-384 text-512 plan-text-128 plan-text-384 plan-text-512: setup
 	@if [ -z "$(TEXT_DIR)" ] || [ -z "$(TEXT_FORMAT)" ]; then \
 	  echo "make $@: set TEXT_DIR=<folder of text files> and TEXT_FORMAT=books|sentences|lines|jsonl" >&2; exit 2; fi
-	$(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
+	$(RESUME_COMMAND) $(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
 	  PretrainText$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) $(TEXT_ARGS) \
 	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))
 
@@ -165,7 +179,7 @@ RECIPE ?=
 .PHONY: mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512
 mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512: setup
 	@if [ -z "$(RECIPE)" ]; then echo "make $@: set RECIPE=<a recipe .toml file> (docs/tasks.md, mixtures)" >&2; exit 2; fi
-	$(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
+	$(RESUME_COMMAND) $(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
 	  PretrainMix$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) --recipe $(RECIPE) --num-shards $(NUM_SHARDS) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS) \
 	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))

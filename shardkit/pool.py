@@ -29,7 +29,7 @@ import signal
 from typing import Callable, Iterable, Iterator
 
 from .errors import PrepError
-from .signals import Terminated, received
+from .signals import STOP_SIGNALS, Terminated, received
 
 Map = Callable[[Callable, Iterable], Iterator]
 
@@ -84,16 +84,15 @@ def file_map(jobs: int) -> Iterator[Map]:
             pool.join()
 
 
-# Held back while a child is forked, until it runs `_run_child`: one that lands in what runs at a fork
-# (Python's at-fork hooks, multiprocessing's start-up) is printed there as "Exception ignored" and
+# STOP_SIGNALS are held back while a child is forked, until it runs `_run_child`: one that lands in what runs at
+# a fork (Python's at-fork hooks, multiprocessing's start-up) is printed there as "Exception ignored" and
 # swallowed, and the child, its SIGTERM handler already spent, runs on deaf to the next one.
-_STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 def _run_child(fn: Callable, item, conn) -> None:
     """In the child: fn(item), sent back as (True, value) or (False, the Exception it raised)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent reports it once
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # a SIGTERM sent meanwhile is handled from here on
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a SIGTERM sent meanwhile is handled from here on
     try:
         outcome = (True, fn(item))
     except Exception as error:  # noqa: BLE001 - carried back and raised in the parent, as a serial run would
@@ -148,7 +147,7 @@ def forked_each(fn: Callable, items: Iterable, processes: int, *, grace: float =
         receive, send = context.Pipe(duplex=False)
         child = context.Process(target=_run_child, args=(fn, item, send), daemon=True)
         running[receive] = (child, item)  # before the fork: stopped and reaped whatever happens from here
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         # The child's garbage collector never touches what the parent had: garbage awaiting collection there
         # (a TensorFlow data iterator, say) has destructors that wait for threads the fork did not copy, and a
         # child collecting it would wait forever. Frozen objects are the parent's to collect, after the fork.

@@ -21,6 +21,9 @@ import threading
 
 EXIT_STATUS = 128 + signal.SIGTERM
 
+# The signals that stop a run (SIGINT: Ctrl-C), held back while a process forks a child that sets its own handlers.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
 _received = False
 
 

@@ -69,6 +69,9 @@ TIERS = {
     "test_punkt_training": "unit",
     "test_readme": "e2e",
     "test_realtext": "unit",
+    "test_run_console": ("e2e", {"test_the_estimate_counts_running_tasks_by_their_rate_and_waiting_ones_by_their_kind":
+                                 "unit", "test_make_refuses_a_variable_close_to_one_of_its_own": "unit",
+                                 "test_luigid_shows_the_whole_run_on_the_root_task": "daemons"}),
     "test_records": "unit",
     "test_remask": "unit",
     "test_report": "e2e",

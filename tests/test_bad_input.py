@@ -6,7 +6,8 @@ workflows`) in a fresh folder holding good inputs and good outputs (the `world` 
 `setup` damaged or added something. Every row asserts the same contract:
 
 - a non-zero exit;
-- exactly one `<program>: error:` line on stderr, containing `expect` (and never a traceback);
+- exactly one `<program>: error:` line on stderr, containing `expect` (and never a traceback), and it is
+  the last line printed;
 - every file that existed before is byte-identical after (a failed run changes no good output);
 - no file was added, except paths matching the row's `may_add` globs (what the run had fully
   committed before it failed, e.g. a verified download), and never a temporary (`*.tmp-*`).
@@ -114,6 +115,7 @@ def _run(argv: list[str], cwd: Path, timeout: float = 300, file_size_limit: int 
          ) -> subprocess.CompletedProcess:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO))
     env.pop("LUIGI_CONFIG_PATH", None)
+    env.pop("WIKIPREP_COMMAND", None)
 
     def limit():
         if file_size_limit is not None:
@@ -716,6 +718,10 @@ CASES: list[Bad] = [
         "the remask layout cannot take do_whole_word_mask=True"),
     Bad("luigi-remask-predictions-leave-no-room", PRETRAIN + ("--layout", "remask", "--max-predictions-per-seq", "126"),
         "the remask layout cannot fit max_predictions_per_seq=126 in max_seq_length=128"),
+    Bad("luigi-task-name-mistyped", ("luigi", "Pretrain129") + PRETRAIN[2:],
+        "no task Pretrain129 (did you mean Pretrain128, Pretrain384 or Pretrain512?)"),
+    Bad("luigi-flag-a-prefix", PRETRAIN + ("--num-shard", "3"), "--num-shard: no such parameter (did you mean --num-shards?)"),
+    Bad("luigi-flag-unknown", PRETRAIN + ("--bogus", "3"), "--bogus: no such parameter"),
     Bad("luigi-data-dir-is-a-file", ("luigi", "Pretrain128", "--data-dir", "{root}/corpus.txt", "--dump-url", "{site}",
                                      "--dump-date", "{date}", "--wiki", "{wiki}"), "--data-dir {root}/corpus.txt: is a file"),
     Bad("luigi-more-shards-than-documents", PRETRAIN + ("--num-shards", "200", "--vocab-file", "{root}/vocab.txt"),
@@ -938,6 +944,8 @@ def _check_one_line_and_nothing_changed(case: Bad, root: Path) -> None:
     lines = [line for line in r.stderr.splitlines() if re.match(rf"{prog}( [a-z-]+)?: error: ", line)]
     assert len(lines) == 1, f"expected one '{prog}: error:' line, got {len(lines)}:\n{r.stderr[-3000:]}"
     assert _expand(case.expect, root) in lines[0], lines[0]
+    # The answer is the last thing printed: after Luigi's execution summary, before only make's own line.
+    assert r.stderr.splitlines()[-1] == lines[0], f"the error line is not the last:\n{r.stderr[-3000:]}"
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
 
     after = _snapshot(root)

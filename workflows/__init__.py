@@ -8,7 +8,8 @@ The files are the state: a task is complete when its receipt exists, so running 
 command again after a kill finishes the work and gives identical bytes. All logic lives in
 `wikiprep`, `imagenet_prep` and `shardkit`; these modules only wire stages together:
 `base` (receipts, error lines), `wiki`, `imagenet`, `train`, `demo`, `slurm` (the Slurm
-job arrays' elements) and `worker` (the Luigi worker for a luigid, which outlives a luigid restart).
+job arrays' elements) and `worker` (the Luigi worker for a luigid, which outlives a luigid restart);
+`progress`, `channel` and `console`: what a run prints (its progress, and its last line).
 """
 
 import sys

@@ -30,8 +30,10 @@ from shardkit.cli import error_line
 from shardkit.errors import PrepError
 from shardkit.manifest import REPORT_DIR
 from shardkit.progress import Progress, status, throttle
-from shardkit.signals import raise_on_sigterm
+from shardkit.signals import Terminated, raise_on_sigterm
 from shardkit.verified import check_file
+
+from . import channel, console
 
 logger = logging.getLogger("luigi-interface")
 
@@ -40,8 +42,9 @@ _reported: dict[str, PrepError] = {}
 
 
 def report_error(prog: str, error: PrepError) -> None:
-    """Print `PROG: error: <message>` on stderr, unless this process printed that message already."""
-    if str(error) not in _reported:
+    """Print `PROG: error: <message>` on stderr, unless this process printed that message already; in a
+    command-line run, once, at its end (`console.defer`)."""
+    if str(error) not in _reported and not console.defer(error_line(prog, error)):
         print(error_line(prog, error), file=sys.stderr, flush=True)
     _reported[str(error)] = error
 
@@ -100,19 +103,21 @@ def _debugging() -> bool:
 
 
 class _PrepErrorTracebacks(logging.Filter):
-    """Cut the traceback of a PrepError from Luigi's log record, leaving its first line and the message."""
+    """Cut Luigi's repetition of a PrepError from its log record, leaving its first line (which task failed), and
+    drop the records of an interrupted task: the error line and the interrupt's line are printed once, last."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], PrepError) and record.exc_info[1].prog:
+        uncaught = record.exc_info and isinstance(record.exc_info[1], PrepError) and record.exc_info[1].prog
+        if uncaught:
             # A parameter that does not parse or is missing: raised while Luigi's command line builds
             # the root task, before any task runs, and logged by `luigi.retcodes` as uncaught.
             report_error(record.exc_info[1].prog, record.exc_info[1])
         if _debugging():
             return True
-        error = _logged_prep_error(record)
-        if error is not None:
-            first_line = record.getMessage().split("\n", 1)[0].rstrip(":")
-            record.msg, record.args, record.exc_info = f"{first_line}: {error}", (), None
+        if uncaught or (record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, Terminated))):
+            return False
+        if _logged_prep_error(record) is not None:
+            record.msg, record.args, record.exc_info = record.getMessage().split("\n", 1)[0].rstrip(":"), (), None
         return True
 
 
@@ -187,7 +192,10 @@ def setup() -> None:
     - the libraries' log lines on the console, at the run's level;
     - SIGTERM (Slurm's time limit, preemption, `kill`) unwinds a running task like an exception, so its
       open atomic writes remove their temporaries; the forked worker processes inherit the handler;
-    - a luigid run's workers are ClusterWorkers (`worker.install`).
+    - a luigid run's workers are ClusterWorkers, a local run's `worker.Worker`s: both show the run's progress
+      and stop their task processes quietly on Ctrl-C (`worker.install`);
+    - the command line's run ends with its answer: the error lines, where the output is, or what was
+      interrupted and how to resume (`console.install`).
 
     Calling it again changes nothing.
     """
@@ -199,6 +207,7 @@ def setup() -> None:
     _configure_library_logging()
     raise_on_sigterm()
     install()
+    console.install()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,6 +444,8 @@ def commit_report(dataset_dir: str | Path, write) -> None:
 
 # luigid hears of a task's progress at most this often: each report is an HTTP request to it.
 PROGRESS_SECONDS = 2.0
+# The run's progress (workflows.progress) hears of it at most this often: each report is a write to a pipe.
+RUN_PROGRESS_SECONDS = 0.5
 
 
 class PrepTask(luigi.Task):
@@ -472,16 +483,28 @@ class PrepTask(luigi.Task):
         """
 
     def progress(self, what: str, unit: str) -> Progress:
-        """A library stage's `progress` for luigid: the task's percentage and a status message such as
+        """A library stage's `progress`: for luigid, the task's percentage and a status message such as
         'extract enwiki-…bz2: 12.3 of 40.1 MB' (unit 'B' for bytes, else the items' name), sent at most
-        every PROGRESS_SECONDS (each is a request to the scheduler). Outside a Luigi worker it does nothing."""
+        every PROGRESS_SECONDS (each is a request to the scheduler); for the run's progress
+        (`workflows.progress`), the same figures through the run's channel, at most every RUN_PROGRESS_SECONDS.
+        Outside a Luigi worker it does nothing."""
         def report(done: int, total: int | None) -> None:
             if callable(getattr(self, "set_progress_percentage", None)) and total:
                 self.set_progress_percentage(round(100 * done / total, 1))
             if callable(getattr(self, "set_status_message", None)):
                 self.set_status_message(status(what, done, total, unit))
 
-        return throttle(report, PROGRESS_SECONDS)
+        def tell_the_run(done: int, total: int | None) -> None:
+            channel.send({"task": self.task_id, "what": what, "done": done, "total": total, "unit": unit})
+
+        to_luigid = throttle(report, PROGRESS_SECONDS)
+
+        def both(done: int, total: int | None) -> None:
+            tell_the_run(done, total)
+            to_luigid(done, total)
+
+        # One throttle in the stage's loop (as before the run's progress), the slower luigid one behind it.
+        return throttle(both, RUN_PROGRESS_SECONDS)
 
     def on_failure(self, exception):
         if isinstance(exception, PrepError):

@@ -52,8 +52,18 @@ A luigid that stays away longer than the RPC retries allow (`[core] rpc_retry_at
 Luigi's command line has no setting for the worker class. `interface._run` always builds its
 worker with `interface._WorkerSchedulerFactory().create_worker`. `install()`, called when
 `luigi --module workflows` imports this package, replaces that one method so it returns a
-ClusterWorker whenever the scheduler is a remote luigid. A `--local-scheduler` run keeps
-Luigi's own Worker: its scheduler lives and dies with the worker.
+ClusterWorker whenever the scheduler is a remote luigid, and a `Worker` (this module's base of it)
+for a `--local-scheduler` run.
+
+`Worker`, the base of both, is Luigi's worker with what every run of these tasks needs:
+
+- **the run's progress** (`workflows.progress`): it opens the run's `workflows.channel` before any task
+  process is forked, tells `RunProgress` what it schedules and starts, and starts the thread that shows it;
+- **interrupts reported once**: a task process it forks ignores SIGINT (Ctrl-C reaches the terminal's
+  whole process group) and is stopped by SIGTERM when the interrupt reaches this process, which Luigi
+  sends each running task process as the worker stops; this process then prints one line
+  (`workflows.console`). A SIGTERM that ends a task run in this process (`--workers 1`) ends the run too:
+  Luigi counts any exception of a task as its failure and would go on with the next task.
 """
 
 from __future__ import annotations
@@ -61,6 +71,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import warnings
@@ -73,6 +84,10 @@ from luigi.task import UnconsumedParameterWarning
 from luigi.task_register import load_task
 
 from shardkit.errors import PrepError, excerpt
+from shardkit.signals import STOP_SIGNALS, Terminated, received
+
+from . import channel, console
+from .progress import Display, RunProgress
 
 logger = logging.getLogger("luigi-interface")
 
@@ -92,6 +107,88 @@ def _unreachable(error: luigi.rpc.RPCError) -> PrepError:
     # prog: printed by base._PrepErrorTracebacks when Luigi logs the uncaught error
     return PrepError(f"luigid did not answer: {error}. Nothing finished is lost: once luigid answers again, "
                      f"run the same command again to resume", prog="wikiprep")
+
+
+class _TaskProcess(luigi.worker.ContextManagedTaskProcess):
+    """Luigi's task process, which, forked, leaves Ctrl-C to the worker's process (module docstring)."""
+
+    def start(self):
+        # Held back while the process is forked, until it has set its own handlers (as shardkit.pool does).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            super().start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def run(self):
+        if os.getpid() != self._parent_pid:  # forked; else Luigi runs the task in the worker's own process
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        super().run()
+
+
+class Worker(luigi.worker.Worker):
+    """Luigi's worker, showing the run's progress and reporting an interrupt once (module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.run_progress = RunProgress(self.worker_processes)
+        self._display: Display | None = None
+
+    def __enter__(self):
+        channel.open_channel()
+        super().__enter__()
+        luigid = None
+        if isinstance(self._scheduler, luigi.rpc.RemoteScheduler):
+            # Its own connection, tried once: a luigid that does not answer costs the progress an update, never
+            # the worker's requests their retries.
+            luigid = luigi.rpc.RemoteScheduler(self._scheduler._url)
+            luigid._rpc_retry_attempts = 1
+        self._display = Display(self.run_progress, on_error=console.defer, luigid=luigid)
+        return self
+
+    def __exit__(self, type, value, traceback):
+        if isinstance(value, (KeyboardInterrupt, Terminated)):
+            console.note_interrupted(self.run_progress.running())
+        try:
+            return super().__exit__(type, value, traceback)
+        finally:
+            if self._display is not None:
+                if self._display.is_alive():
+                    self._display.stop()
+                else:
+                    self._display.drain()
+            channel.close_channel()
+
+    def _add_task(self, *args, **kwargs):
+        super()._add_task(*args, **kwargs)
+        task = self._scheduled_tasks.get(kwargs["task_id"])
+        if task is not None:
+            self.run_progress.scheduled(task.task_id, task.task_family, kwargs["status"])
+
+    def run(self):
+        if self._display is not None and self._first_task is not None:
+            self._display.root_id = self._first_task
+            self._display.start()
+        return super().run()
+
+    def _create_task_process(self, task):
+        process = super()._create_task_process(task)
+        process.__class__ = _TaskProcess  # the same process, with the two methods above
+        return process
+
+    def _get_work(self):
+        if received():  # a SIGTERM whose Terminated was swallowed (see shardkit.signals): stop here
+            raise Terminated()
+        return super()._get_work()
+
+    def _run_task(self, task_id):
+        task = self._scheduled_tasks.get(task_id)
+        if task is not None and task_id not in self._running_tasks:
+            self.run_progress.started(task_id, task.task_family)
+        super()._run_task(task_id)
+        if received():  # the task ran here and SIGTERM ended it: Luigi took that for its failure, and would go on
+            raise Terminated()
 
 
 class _CheckedAnswers:
@@ -177,7 +274,7 @@ class _CheckedAnswers:
         return None
 
 
-class ClusterWorker(luigi.worker.Worker):
+class ClusterWorker(Worker):
     """A Luigi worker that adds its tasks again when luigid has forgotten them (module docstring)."""
 
     def __init__(self, *args, **kwargs):
@@ -303,12 +400,13 @@ class ClusterWorker(luigi.worker.Worker):
 
 def _create_worker(self, scheduler, worker_processes, assistant=False):
     """interface._WorkerSchedulerFactory.create_worker, with a ClusterWorker for a remote luigid."""
-    cls = ClusterWorker if isinstance(scheduler, luigi.rpc.RemoteScheduler) else luigi.worker.Worker
+    cls = ClusterWorker if isinstance(scheduler, luigi.rpc.RemoteScheduler) else Worker
     return cls(scheduler=scheduler, worker_processes=worker_processes, assistant=assistant)
 
 
 def install() -> None:
-    """Make `luigi --module workflows ...` (and luigi.build without a factory) build ClusterWorkers for a luigid."""
+    """Make `luigi --module workflows ...` (and luigi.build without a factory) build ClusterWorkers for a luigid,
+    and Workers for a local scheduler."""
     luigi.interface._WorkerSchedulerFactory.create_worker = _create_worker
     # The [core] rpc-* keys of cluster/luigi-cluster.cfg are read by luigi/rpc.py, not by the `core`
     # config class, which warns that it does not consume them.
