@@ -8,7 +8,5 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev m
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /wikiprep
 COPY . .
-RUN python -m venv .venv \
-    && .venv/bin/python -m pip install --no-cache-dir --quiet -c constraints.txt -e '.[tensorflow,test]' \
-    && touch .venv/.installed
+RUN make setup PYTHON=python
 CMD ["make", "demo"]

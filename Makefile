@@ -74,6 +74,9 @@ $(STAMP): pyproject.toml constraints.txt setup.py wikiprep/_speedups.c shardkit/
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[tensorflow,test]'
+	@# The clone's own top-level packages, which the installed package leaves out (workflows, installed as
+	@# wikiprep.workflows; trainers; testkit): importable in .venv, so that `luigi --module workflows` runs.
+	$(BIN)/python -c 'import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "wikiprep-clone.pth").write_text("$(CURDIR)\n")'
 	touch $(STAMP)
 
 # constraints.txt anew from pyproject.toml's ranges: the newest versions they allow, installed into a scratch

@@ -8,11 +8,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
-# The clone's top-level packages that are not installed (workflows, trainers, testkit: the package installs the
-# tasks as wikiprep.workflows) are importable in every process a test starts, whatever its working folder, as
-# they are for a user running from the project root (the Slurm scripts set PYTHONPATH the same way).
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-
 # The tiers of the suite (markers registered in pyproject.toml). `make test` runs all three; `make test-unit`
 # (`pytest -m unit`), `make test-e2e` and `make test-daemons` run one each.
 #   unit     the libraries, in process or with short-lived helper processes (a child python, a forked writer,

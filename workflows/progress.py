@@ -265,7 +265,7 @@ class Display(threading.Thread):
     def run(self) -> None:
         now = time.monotonic()
         next_line = now + (TERMINAL_SECONDS if self.terminal else self.interval)
-        next_luigid = now + LUIGID_SECONDS
+        next_luigid = now  # at once, then every LUIGID_SECONDS: a short run shows in luigid too
         while not self._stopping.is_set():
             wake = min(next_line, next_luigid if self.luigid else next_line)
             if channel.current is not None:

@@ -139,10 +139,11 @@ class Worker(luigi.worker.Worker):
         channel.open_channel()
         super().__enter__()
         luigid = None
-        if isinstance(self._scheduler, luigi.rpc.RemoteScheduler):
+        scheduler = getattr(self._scheduler, "checked", self._scheduler)  # a ClusterWorker's, behind its checks
+        if isinstance(scheduler, luigi.rpc.RemoteScheduler):
             # Its own connection, tried once: a luigid that does not answer costs the progress an update, never
             # the worker's requests their retries.
-            luigid = luigi.rpc.RemoteScheduler(self._scheduler._url)
+            luigid = luigi.rpc.RemoteScheduler(scheduler._url)
             luigid._rpc_retry_attempts = 1
         self._display = Display(self.run_progress, on_error=console.defer, luigid=luigid)
         return self
@@ -203,6 +204,11 @@ class _CheckedAnswers:
 
     def __getattr__(self, name):
         return getattr(self._scheduler, name)
+
+    @property
+    def checked(self):
+        """The scheduler whose answers are checked (luigid's `RemoteScheduler`)."""
+        return self._scheduler
 
     def get_work(self, **kwargs):
         return self.check(self._scheduler.get_work(**kwargs))
