@@ -23,6 +23,19 @@ def dataset(tmp_path):
                        dump_date=DEMO_DATE, num_shards=3, vocab_size=8000)
 
 
+def _stand_in_sbatch(tmp_path: Path) -> dict:
+    """The environment of a submit.sh run whose sbatch only logs its arguments (to tmp_path/log) and gives job
+    ids 1, 2, ...; squeue says nothing is queued."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/bin/sh\necho "$@" >>"$SBATCH_LOG"\nwc -l <"$SBATCH_LOG"\n')
+    (bin_dir / "squeue").write_text("#!/bin/sh\n")
+    for tool in ("sbatch", "squeue"):
+        (bin_dir / tool).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "SBATCH_LOG": str(tmp_path / "log"),
+            "WIKIPREP_VENV": str(Path(sys.executable).parents[1])}
+
+
 def test_array_spec():
     assert array_spec([]) == ""
     assert array_spec([4]) == "4"
@@ -130,14 +143,7 @@ def test_submit_sh_chains_a_text_corpus(tmp_path):
     corpus.mkdir()
     (corpus / "a.txt").write_text("One sentence.\nAnother one.\n\nA second document.\n", encoding="utf-8")
     (corpus / "b.txt").write_text("A third document.\n", encoding="utf-8")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text('#!/bin/sh\necho "$@" >>"$SBATCH_LOG"\nwc -l <"$SBATCH_LOG"\n')
-    (bin_dir / "squeue").write_text("#!/bin/sh\n")
-    for tool in ("sbatch", "squeue"):
-        (bin_dir / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "SBATCH_LOG": str(tmp_path / "log"),
-           "WIKIPREP_VENV": str(Path(sys.executable).parents[1])}
+    env = _stand_in_sbatch(tmp_path)
     out = subprocess.run([str(REPO / "cluster/slurm/submit.sh"), "text-128", "--data-dir", str(tmp_path / "data"),
                           "--text-dir", str(corpus), "--text-format", "sentences", "--num-shards", "1"],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -202,14 +208,7 @@ def test_submit_sh_chains_a_mixture(tmp_path):
     """cluster/slurm/submit.sh mix-128 (make slurm-mix-128) with a stand-in sbatch: the whole chain, and a job.env
     naming the mixture's tasks, with the recipe's path made absolute."""
     recipe = _mixture(tmp_path)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text('#!/bin/sh\necho "$@" >>"$SBATCH_LOG"\nwc -l <"$SBATCH_LOG"\n')
-    (bin_dir / "squeue").write_text("#!/bin/sh\n")
-    for tool in ("sbatch", "squeue"):
-        (bin_dir / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "SBATCH_LOG": str(tmp_path / "log"),
-           "WIKIPREP_VENV": str(Path(sys.executable).parents[1])}
+    env = _stand_in_sbatch(tmp_path)
     out = subprocess.run([str(REPO / "cluster/slurm/submit.sh"), "mix-128", "--data-dir", "data",
                           "--recipe", recipe.name, "--num-shards", "2"],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
