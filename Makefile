@@ -1,6 +1,9 @@
 # wikiprep: `make demo` and `make test` are the two commands a new user needs (README).
 # Python 3.11, 3.12 or 3.13: the first of them found, unless PYTHON is given.
-PYTHON ?= $(or $(firstword $(foreach v,3.11 3.12 3.13,$(shell command -v python$(v) 2>/dev/null))),python3)
+# (Asked to run, not just looked up: a pyenv shim of a version that is not enabled is found, and fails.)
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(or $(firstword $(foreach v,3.11 3.12 3.13,$(shell python$(v) -c 'import sys; print(sys.executable)' 2>/dev/null))),python3)
+endif
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -227,7 +230,7 @@ test-docker:
 OTHER_PYTHONS ?= 3.12 3.13
 test-pythons:
 	@for v in $(OTHER_PYTHONS); do \
-	  if ! command -v python$$v >/dev/null; then echo "test-pythons: python$$v not found, not tested"; continue; fi; \
+	  if ! python$$v -c pass 2>/dev/null; then echo "test-pythons: python$$v not found, not tested"; continue; fi; \
 	  $(MAKE) test VENV=.venv-$$v PYTHON=python$$v || exit 1; \
 	done
 
