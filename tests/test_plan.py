@@ -145,5 +145,12 @@ def test_a_plan_refuses_what_the_run_would_refuse_with_one_line(site, tmp_path):
     assert res.returncode == 1 and len(errors) == 1 and "no dump for" in errors[0], res.stderr
     assert "Traceback" not in res.stderr
     res = plan("TrainBert", "--dataset-dir", str(tmp_path), "--steps", "1", "--out-dir", str(tmp_path / "o"))
-    assert res.returncode == 1 and "give Pretrain128, Pretrain384 or Pretrain512" in res.stderr
+    assert res.returncode == 1 and "give a Pretrain task (Pretrain128, PretrainText128, PretrainMix128" in res.stderr
+    # A mistyped task or flag: one line naming the closest, as with `luigi --module workflows` (no traceback).
+    res = plan("Pretrain12", *_params(srv.url, tmp_path / "data", vocab))
+    assert res.returncode == 1 and res.stderr.splitlines() == [
+        "wikiprep: error: plan: no task Pretrain12 (did you mean Pretrain128, Pretrain512 or PretrainMix512?)"]
+    res = plan("Pretrain128", *_params(srv.url, tmp_path / "data", vocab), "--num-shard", "3")
+    assert res.returncode == 2 and res.stderr.splitlines() == [
+        "wikiprep: error: --num-shard: no such parameter (did you mean --num-shards?)"]
     assert not (tmp_path / "data").exists()

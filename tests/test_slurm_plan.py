@@ -88,7 +88,7 @@ def test_slurm_plan_command_and_its_errors(dataset):
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == \
         "wikiprep: error: --num-shards 'three': expected a whole number", r.stderr
     r = subprocess.run(args[:4] + ["DownloadDump"] + args[5:-2], cwd=REPO, capture_output=True, text=True)
-    assert r.returncode == 1 and "give Pretrain128, Pretrain384 or Pretrain512" in r.stderr, r.stderr
+    assert r.returncode == 1 and "give a Pretrain task (Pretrain128, PretrainText128" in r.stderr, r.stderr
 
 
 def test_the_vocab_stage_without_a_vocabulary_to_train_is_refused_in_one_line(dataset, tmp_path):

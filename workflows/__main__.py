@@ -20,16 +20,24 @@ USAGE = ("usage: python -m workflows summary DEMO_DIR\n"
 
 
 def _dataset(command: str, argv: list[str]):
-    """The Pretrain task the Luigi parameters `argv` name; PrepError for another task."""
+    """The Pretrain task the Luigi parameters `argv` name; PrepError for another task or a task name Luigi does not
+    know; a mistyped flag is one line and exit status 2, as with `luigi --module workflows` (workflows.console)."""
     import luigi.cmdline_parser
+    import luigi.task_register
 
     from shardkit.errors import PrepError
 
     from .bert import PretrainDataset
-    with luigi.cmdline_parser.CmdlineParser.global_instance(argv) as parser:
-        dataset = parser.get_task_obj()
+    from .console import install_parsing, mistyped_task
+    install_parsing()
+    try:
+        with luigi.cmdline_parser.CmdlineParser.global_instance(argv) as parser:
+            dataset = parser.get_task_obj()
+    except luigi.task_register.TaskClassNotFoundException as e:
+        raise PrepError(f"{command}: {mistyped_task(e) or e}") from None
     if not isinstance(dataset, PretrainDataset):
-        raise PrepError(f"{command}: {argv[0]}: give Pretrain128, Pretrain384 or Pretrain512")
+        raise PrepError(f"{command}: {argv[0]}: give a Pretrain task (Pretrain128, PretrainText128, PretrainMix128, "
+                        f"... 384, 512)")
     return dataset
 
 

@@ -170,14 +170,22 @@ def _one_line_parser(build):
     return build_parser
 
 
+def mistyped_task(error: BaseException) -> str | None:
+    """'no task X (did you mean Y?)' for Luigi's error on a task name it does not know, else None."""
+    missing = re.match(r"No task (\S+)\.", str(error))
+    if not (isinstance(error, luigi.task_register.TaskClassNotFoundException) and missing):
+        return None
+    name = missing.group(1)
+    names = luigi.task_register.Register.task_names()
+    return f"no task {name}{_close(name, names, plain=lambda n: '.' not in n)}"
+
+
 def _excepthook(hook):
     """sys.excepthook, with a task name Luigi does not know as one line (Luigi raises it where nothing catches)."""
     def one_line_for_a_mistyped_task(kind, error, tb):
-        missing = re.match(r"No task (\S+)\.", str(error))
-        if isinstance(error, luigi.task_register.TaskClassNotFoundException) and missing:
-            name = missing.group(1)
-            names = luigi.task_register.Register.task_names()
-            _print(f"wikiprep: error: no task {name}{_close(name, names, plain=lambda n: '.' not in n)}")
+        mistyped = mistyped_task(error)
+        if mistyped:
+            _print(f"wikiprep: error: {mistyped}")
         else:
             hook(kind, error, tb)
 
@@ -185,13 +193,18 @@ def _excepthook(hook):
     return one_line_for_a_mistyped_task
 
 
+def install_parsing() -> None:
+    """Make Luigi's command-line parser take no prefix of a flag for the flag, and err in one line."""
+    parser = luigi.cmdline_parser.CmdlineParser
+    if not getattr(parser._build_parser, "one_line", False):
+        parser._build_parser = staticmethod(_one_line_parser(parser._build_parser))
+
+
 def install() -> None:
     """Make `luigi --module workflows ...` end with its answer, and its mistakes one line (module docstring)."""
     if not getattr(sys.excepthook, "one_line", False):
         sys.excepthook = _excepthook(sys.excepthook)
-    parser = luigi.cmdline_parser.CmdlineParser
-    if not getattr(parser._build_parser, "one_line", False):
-        parser._build_parser = staticmethod(_one_line_parser(parser._build_parser))
+    install_parsing()
     run = luigi.interface._run
     if getattr(run, "ends_with_the_answer", False):
         return
