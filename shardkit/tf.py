@@ -3,8 +3,16 @@
 import importlib.util
 import os
 import re
+import sys
+import tempfile
 
 from .errors import PrepError
+
+# What TensorFlow's C++ start-up writes to file descriptor 2 before its logging is set up, twice (once per library
+# that carries it), which no setting silences since TensorFlow 2.16, TF_CPP_MIN_LOG_LEVEL included: absl's notice,
+# and the oneDNN banner (TF_ENABLE_ONEDNN_OPTS=0 drops it, and oneDNN's kernels with it: training twice as slow).
+_START_UP_BANNER = re.compile(rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to "
+                              rb"STDERR\n|I\d{4} [\d:.]+ +\d+ port\.cc:\d+\] oneDNN custom operations are on\.")
 
 
 def tensorflow_installed() -> bool:
@@ -15,12 +23,33 @@ def tensorflow_installed() -> bool:
 def import_tensorflow():
     """TensorFlow, imported only by the readers that parse records with it, and without its start-up banners;
     PrepError when it is not installed."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # only parsing: silences the oneDNN banner
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # only parsing: oneDNN's kernels are of no use
     if not tensorflow_installed():
         raise PrepError("this needs TensorFlow, which is not installed (pip install 'wikiprep[tensorflow]')")
-    import tensorflow as tf
+    return import_quietly()
 
+
+def import_quietly():
+    """`import tensorflow`, without its start-up banners (`_START_UP_BANNER`, and the INFO lines TF_CPP_MIN_LOG_LEVEL
+    2 leaves out): what the import writes to file descriptor 2 is held and passed on without them, so a trainer's
+    two processes do not each print them twice. Anything else (a warning, another thread's log line) still shows."""
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as held:
+        stderr = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            import tensorflow as tf
+        finally:
+            sys.stderr.flush()
+            os.dup2(stderr, 2)
+            os.close(stderr)
+            held.seek(0)
+            rest = b"".join(line for line in held if not _START_UP_BANNER.match(line))
+            while rest:
+                rest = rest[os.write(2, rest):]
     return tf
 
 

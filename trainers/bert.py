@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from shardkit.errors import PrepError
+from shardkit.tf import import_quietly
 from shardkit.example import decode_example, decode_example_kinds
 from shardkit.progress import Progress
 from shardkit.records import find_files, read_records
@@ -123,8 +124,8 @@ def build_tiny_bert(vocab_size: int, seq_len: int, hidden: int = 64, layers: int
     a masked-LM head (gathered at the masked positions, decoder tied to the token embeddings)
     and a next-sentence head on [CLS]. Inputs: dict of input_ids, input_mask, segment_ids,
     masked_lm_positions; outputs (mlm_logits [B, P, V], nsp_logits [B, 2])."""
+    tf = import_quietly()
     import keras
-    import tensorflow as tf
 
     class TinyBert(keras.Model):
         def __init__(self):
@@ -258,7 +259,7 @@ def train_bert(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, steps
         raise PrepError(f"--hidden {hidden} must be a positive multiple of --heads {heads}, and --layers >= 1")
     files = find_files(dataset_dir, SHARD_GLOB)
 
-    import tensorflow as tf
+    tf = import_quietly()
     import keras
 
     # Check each file's first record up front, so a wrong file is named before training starts.

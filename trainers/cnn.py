@@ -16,6 +16,7 @@ from pathlib import Path
 
 from imagenet_prep.schema import IMAGENET_IMAGE
 from shardkit.errors import PrepError
+from shardkit.tf import import_quietly
 from shardkit.example import decode_example_kinds
 from shardkit.progress import Progress
 from shardkit.records import find_files
@@ -83,8 +84,8 @@ def train_imagenet(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, s
     files = find_files(dataset_dir, TRAIN_SHARD_GLOB, TRAIN_SHARD_RE)
     val_files = find_files(dataset_dir, VALIDATION_SHARD_GLOB, VALIDATION_SHARD_RE) if evaluate_validation else []
 
+    tf = import_quietly()
     import keras
-    import tensorflow as tf
 
     nonempty = 0
     for path in [*files, *val_files]:

@@ -22,13 +22,12 @@ from typing import Sequence
 
 from shardkit.atomic import atomic_write_together
 from shardkit.errors import PrepError
+from shardkit.tf import import_quietly
 from shardkit.plots import figure, png_bytes
 from shardkit.progress import Progress, Stage, throttle
 from shardkit.records import read_records
 
 log = logging.getLogger(__name__)
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # set before the trainers import TensorFlow
 
 METRICS_FILE = "metrics.csv"
 PLOT_FILE = "loss.png"
@@ -165,7 +164,7 @@ def run_steps(train_step, batches, steps: int, columns: Sequence[str], on_error,
     wait for its batch included. TensorFlow errors go to `on_error(exc)`, which raises a PrepError.
     `progress(done, total)` counts the steps.
     """
-    import tensorflow as tf
+    tf = import_quietly()
 
     progress = throttle(progress)
     if progress is not None:
