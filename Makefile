@@ -84,10 +84,12 @@ $(STAMP): pyproject.toml constraints.txt setup.py wikiprep/_speedups.c shardkit/
 
 # constraints.txt anew from pyproject.toml's ranges: the newest versions they allow, installed into a scratch
 # environment and frozen. Review the difference (`git diff constraints.txt`) and run `make test` before committing.
+# A local version label (torch's `+cpu`, a build from PyTorch's own index) is dropped from its pin: the pin then
+# takes that build where pip finds it, and PyPI's build of the same version elsewhere and for every Python.
 constraints:
 	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
 	.venv-constraints/bin/python -m pip install --quiet '.[tensorflow,test]'
-	{ sed -n 1,2p constraints.txt; .venv-constraints/bin/python -m pip freeze | grep -v '^wikiprep'; } > constraints.txt.new
+	{ sed -n 1,2p constraints.txt; .venv-constraints/bin/python -m pip freeze | grep -v '^wikiprep' | sed 's/^\([^=]*==[^+]*\)+.*/\1/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-constraints
 
 demo: setup
