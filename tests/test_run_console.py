@@ -49,6 +49,12 @@ def command(site: Path, data: Path, *extra: str, workers: int = 2) -> list[str]:
     return [*LUIGI, *pretrain_args(site, data), "--local-scheduler", "--workers", str(workers), *extra]
 
 
+def as_at_a_terminal() -> None:
+    """SIGINT as a terminal's program gets it (its default): a suite started in the background by a shell without job
+    control inherits it ignored, and so would the run under test, which would never see the Ctrl-C sent to it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def files(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -92,7 +98,7 @@ def test_an_interrupted_run_says_so_in_one_line_and_the_rerun_gives_the_same_byt
     data = tmp_path / "data"
     argv = command(site, data, workers=workers)
     proc = subprocess.Popen(argv, cwd=REPO, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=as_at_a_terminal)
     # The interrupt comes while a task is writing: a temporary is open.
     wait_for(lambda: data.exists() and any(".tmp-" in p.name for p in data.rglob("*")), "a temporary",
              timeout=120, alive=[proc])
@@ -123,7 +129,7 @@ def test_make_names_itself_as_the_command_that_resumes(site, tmp_path):
     argv = ["make", "--no-print-directory", "-C", str(REPO), "wiki-128", f"DATA_DIR={data}",
             f"DUMP_URL={site.as_uri()}", f"DUMP_DATE={DATE}", "NUM_SHARDS=2", "WORKERS=1"]
     proc = subprocess.Popen(argv, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=as_at_a_terminal)
     wait_for(lambda: data.exists() and any(".tmp-" in p.name for p in data.rglob("*")), "a temporary",
              timeout=120, alive=[proc])
     os.killpg(proc.pid, signal.SIGINT)
