@@ -181,8 +181,15 @@ def test_a_dataset_named_before_folders_said_its_shard_count_is_found_done_and_r
     # Another shard count beside it is a sibling, as beside a dataset of the new name.
     pretrain(site, data, "--num-shards", "8")
     verify(data / folder(8))
-    assert tree(data / LEGACY) == {k.removeprefix(f"{LEGACY}/"): v for k, v in files.items()
-                                   if k.startswith(f"{LEGACY}/")}
+    legacy = {k.removeprefix(f"{LEGACY}/"): v for k, v in files.items() if k.startswith(f"{LEGACY}/")}
+    assert tree(data / LEGACY) == legacy
+
+    # Renamed as the refusal of a default run in its folder says (test_bad_input), it is complete under its new name.
+    (data / LEGACY).rename(data / SIXTEEN)
+    r = pretrain(site, data, "--num-shards", "16")
+    assert "ran successfully" not in r.stderr and said not in r.stderr, r.stderr[-3000:]
+    verify(data / SIXTEEN)
+    assert tree(data / SIXTEEN) == legacy
 
 
 def test_a_folder_is_named_by_what_differs_from_the_defaults_and_an_old_one_keeps_its_dataset(tmp_path):
