@@ -15,7 +15,9 @@ DUMP_DATE  ?=
 DUMP_URL   ?= https://dumps.wikimedia.org
 VOCAB_FILE ?=
 WORKERS    ?= 2
-NUM_SHARDS ?= 256
+# NUM_SHARDS unset: the tasks' --num-shards default (256, wikiprep.options.DEFAULT_NUM_SHARDS); another count's
+# dataset goes to a sibling folder, ..._shards<N>, beside the default one (docs/outputs.md).
+NUM_SHARDS ?=
 MULTISTREAM ?=
 # FORMAT=hdf5: NVIDIA's HDF5 shards (folder ..._hdf5); LAYOUT=remask: Graphcore's static-mask TFRecords
 # (folder ..._remask, with its fixed mask count); MAX_PREDICTIONS: --max-predictions-per-seq (Graphcore's phase 2: 58).
@@ -126,7 +128,7 @@ wiki-128 wiki-384 wiki-512: setup
 	  echo "make $@: set DUMP_DATE=YYYYMMDD, the date of a finished dump (see README: picking a dump); nothing falls back to 'latest'" >&2; \
 	  exit 2; fi
 	$(RESUME_COMMAND) $(BIN)/luigi --module workflows Pretrain$(subst wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
-	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
+	  --wiki $(WIKI) --dump-date $(DUMP_DATE) $(if $(NUM_SHARDS),--num-shards $(NUM_SHARDS)) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS) \
 	  --workers $(WORKERS) $(SCHEDULER_ARGS)
 
@@ -155,7 +157,7 @@ plan-128 plan-384 plan-512: setup
 	  echo "make $@: set DUMP_DATE=YYYYMMDD, the date of a finished dump (see README: picking a dump); nothing falls back to 'latest'" >&2; \
 	  exit 2; fi
 	$(BIN)/python -m workflows plan Pretrain$(subst plan-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
-	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
+	  --wiki $(WIKI) --dump-date $(DUMP_DATE) $(if $(NUM_SHARDS),--num-shards $(NUM_SHARDS)) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS)
 
 # A folder of text files (docs/tasks.md, text corpora): make text-128 TEXT_DIR=/data/books TEXT_FORMAT=books
@@ -165,7 +167,7 @@ TEXT_FORMAT ?=
 TEXT_FIELD  ?=
 NAME        ?=
 TEXT_ARGS = --text-dir $(TEXT_DIR) --text-format $(TEXT_FORMAT) $(if $(TEXT_FIELD),--text-field $(TEXT_FIELD)) \
-  $(if $(NAME),--name $(NAME)) --num-shards $(NUM_SHARDS) $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS)
+  $(if $(NAME),--name $(NAME)) $(if $(NUM_SHARDS),--num-shards $(NUM_SHARDS)) $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS)
 .PHONY: text-128 text-384 text-512 plan-text-128 plan-text-384 plan-text-512
 text-128 text-384 text-512 plan-text-128 plan-text-384 plan-text-512: setup
 	@if [ -z "$(TEXT_DIR)" ] || [ -z "$(TEXT_FORMAT)" ]; then \
@@ -188,7 +190,7 @@ RECIPE ?=
 mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512: setup
 	@if [ -z "$(RECIPE)" ]; then echo "make $@: set RECIPE=<a recipe .toml file> (docs/tasks.md, mixtures)" >&2; exit 2; fi
 	$(RESUME_COMMAND) $(if $(findstring plan-,$@),$(BIN)/python -m workflows plan,$(BIN)/luigi --module workflows) \
-	  PretrainMix$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) --recipe $(RECIPE) --num-shards $(NUM_SHARDS) \
+	  PretrainMix$(lastword $(subst -, ,$@)) --data-dir $(DATA_DIR) --recipe $(RECIPE) $(if $(NUM_SHARDS),--num-shards $(NUM_SHARDS)) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS) \
 	  $(if $(findstring plan-,$@),,--workers $(WORKERS) $(SCHEDULER_ARGS))
 
@@ -197,7 +199,7 @@ mix-128 mix-384 mix-512 plan-mix-128 plan-mix-384 plan-mix-512: setup
 slurm-mix-128 slurm-mix-384 slurm-mix-512: setup
 	@if [ -z "$(RECIPE)" ]; then echo "make $@: set RECIPE=<a recipe .toml file> (docs/tasks.md, mixtures)" >&2; exit 2; fi
 	WIKIPREP_VENV=$(abspath $(VENV)) SBATCH_ARGS='$(SBATCH_ARGS)' SLURM_MAX_RUNNING='$(SLURM_MAX_RUNNING)' \
-	  cluster/slurm/submit.sh $(subst slurm-,,$@) --data-dir $(DATA_DIR) --recipe $(RECIPE) --num-shards $(NUM_SHARDS) \
+	  cluster/slurm/submit.sh $(subst slurm-,,$@) --data-dir $(DATA_DIR) --recipe $(RECIPE) $(if $(NUM_SHARDS),--num-shards $(NUM_SHARDS)) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(PRETRAIN_ARGS)
 
 # Submits the Slurm job chain (job-array mode) and prints the job ids; run it again to resume.
@@ -207,7 +209,7 @@ slurm-wiki-128 slurm-wiki-384 slurm-wiki-512: setup
 	  exit 2; fi
 	WIKIPREP_VENV=$(abspath $(VENV)) SBATCH_ARGS='$(SBATCH_ARGS)' SLURM_MAX_RUNNING='$(SLURM_MAX_RUNNING)' \
 	  cluster/slurm/submit.sh $(subst slurm-wiki-,,$@) --data-dir $(DATA_DIR) --dump-url $(DUMP_URL) \
-	  --wiki $(WIKI) --dump-date $(DUMP_DATE) --num-shards $(NUM_SHARDS) \
+	  --wiki $(WIKI) --dump-date $(DUMP_DATE) $(if $(NUM_SHARDS),--num-shards $(NUM_SHARDS)) \
 	  $(if $(VOCAB_FILE),--vocab-file $(VOCAB_FILE)) $(if $(MULTISTREAM),--multistream) $(PRETRAIN_ARGS)
 
 # A real one-node Slurm here (installed with apt when missing; needs root), both Slurm modes on

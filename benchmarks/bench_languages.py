@@ -70,14 +70,21 @@ def pretrain(site: Path, data: Path, wiki: str, code: Path, num_shards: int,
                            "--local-scheduler", "--workers", "2"], cwd=code, env=env, capture_output=True, text=True)
 
 
+def dataset_of(work: Path) -> Path:
+    """The one dataset a run made in corpus folder `work`: seq128_mask20_dup5, its name followed by the shard count
+    and seed when they are not the defaults (a `--code` checkout from before sibling datasets leaves them out)."""
+    (stats,) = work.glob("seq128_mask20_dup5*/stats.json")
+    return stats.parent
+
+
 def measure(data: Path, wiki: str) -> dict:
     work = data / f"{wiki}-{cjktext.DATE}"
     run_on, lines = run_on_share(next((work / "sentences").iterdir()))
-    total = json.loads((work / "seq128_mask20_dup5" / "stats.json").read_text())["total"]
+    total = json.loads((dataset_of(work) / "stats.json").read_text())["total"]
     return {"wiki": wiki, "sentence_lines": lines, "run_on_lines": round(run_on / lines, 4),
             "instances": total["instances"], "random_next": round(total["random_next"] / total["instances"], 4),
             "tokens": total["tokens"], "unk": round(total["unk_tokens"] / total["tokens"], 6),
-            "vocab_size": len((work / "seq128_mask20_dup5" / "vocab.txt").read_text(encoding="utf-8").splitlines())}
+            "vocab_size": len((dataset_of(work) / "vocab.txt").read_text(encoding="utf-8").splitlines())}
 
 
 # German and French: Debian's translations of the same two manuals.
@@ -116,7 +123,7 @@ def web(out: Path, code: Path, num_shards: int) -> dict:
                         "--workers", "2"], cwd=code, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"bench_languages: error: PretrainText128 of the web corpus failed:\n{r.stderr[-3000:]}")
-    folder = data / "web" / "seq128_mask20_dup5"
+    folder = dataset_of(data / "web")
     total = json.loads((folder / "stats.json").read_text())["total"]
     vocab = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
     return {"documents": documents, "sentence_documents": total["documents"], "tokens": total["tokens"],

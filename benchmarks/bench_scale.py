@@ -151,7 +151,7 @@ def run_stages(dump: Path, work: Path, vocab: Path, num_shards: int, hash_mb: fl
     out["merge"] = {"seconds": seconds, "in_bytes": sum(shard_bytes), "largest_shard_bytes": max(shard_bytes),
                     "documents": sum(m["documents"] for m in merged)}
 
-    folder = work / dataset.folder_name(GenerationOptions(**SETTINGS))
+    folder = work / dataset.folder_name(GenerationOptions(**SETTINGS, random_seed=SEED), num_shards=num_shards)
     description = dataset.describe(GenerationOptions(**SETTINGS, random_seed=SEED), vocab,
                                    corpus={"wiki": "enwiki", "dump_date": DATE, "multistream": True,
                                            "extract_slice_mb": SLICE_MB},

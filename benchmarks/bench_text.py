@@ -31,8 +31,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import realtext  # noqa: E402
+from wikiprep.dataset import folder_name  # noqa: E402
+from wikiprep.options import GenerationOptions  # noqa: E402
 
 VOCAB = REPO / "tests" / "fixtures" / "google-reference" / "bert-base-uncased-vocab.txt"
+NUM_SHARDS = 8
+DATASET = folder_name(GenerationOptions(dupe_factor=5), num_shards=NUM_SHARDS)  # seq128_mask20_dup5_shards8
 STAGE_LINE = re.compile(r"INFO: (split|merge|instances) [^:]+: .* in ([0-9.]+) s")
 HEADING = re.compile(r"^=+ .* =+$")
 BULLET = re.compile(r"^\s*[*#]+ ")  # realtext keeps list items as wikitext bullets; a book has none
@@ -66,7 +70,7 @@ def write_books(folder: Path, cache: Path, count: int) -> dict:
 
 def luigi(*args: str, workers: int = 1, background: bool = False):
     cmd = [sys.executable, "-m", "luigi", "--module", "workflows", *args, "--local-scheduler",
-           "--workers", str(workers), "--vocab-file", str(VOCAB), "--num-shards", "8"]
+           "--workers", str(workers), "--vocab-file", str(VOCAB), "--num-shards", str(NUM_SHARDS)]
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2")
     if background:  # in a session of its own: its worker processes are killed with it, by its group id
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -103,11 +107,11 @@ def main(work: Path, count: int) -> dict:
     text_args = ("PretrainText128", "--text-dir", str(books), "--text-format", "books")
     one = luigi(*text_args, "--data-dir", str(work / "one"))
     luigi(*text_args, "--data-dir", str(work / "two"), workers=2)
-    dataset = work / "one" / "books" / "seq128_mask20_dup5"
-    same_workers = files(dataset) == files(work / "two" / "books" / "seq128_mask20_dup5")
+    dataset = work / "one" / "books" / DATASET
+    same_workers = files(dataset) == files(work / "two" / "books" / DATASET)
 
     killed = luigi(*text_args, "--data-dir", str(work / "killed"), workers=2, background=True)
-    receipts = work / "killed" / "books" / "seq128_mask20_dup5" / ".receipts"
+    receipts = work / "killed" / "books" / DATASET / ".receipts"
     while killed.poll() is None and not list(receipts.glob("text_*.json")):
         time.sleep(0.01)
     os.killpg(killed.pid, signal.SIGKILL)
@@ -115,7 +119,7 @@ def main(work: Path, count: int) -> dict:
     shards_at_kill = len(list(receipts.glob("text_*.json")))
     finished_at_kill = (receipts.parent / "MANIFEST.json").exists()
     luigi(*text_args, "--data-dir", str(work / "killed"), workers=2)
-    same_after_kill = files(dataset) == files(work / "killed" / "books" / "seq128_mask20_dup5")
+    same_after_kill = files(dataset) == files(work / "killed" / "books" / DATASET)
 
     stats = json.loads((dataset / "stats.json").read_text(encoding="utf-8"))
     report = json.loads((dataset / "report" / "stats.json").read_text(encoding="utf-8"))

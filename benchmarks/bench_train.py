@@ -47,23 +47,32 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))  # realtext.py (benchmarks/ is not a package)
 
+from wikiprep.dataset import folder_name  # noqa: E402
+from wikiprep.options import GenerationOptions  # noqa: E402
+
+
+def manifests(run: Path, num_shards: int) -> list[Path]:
+    """The MANIFEST.json of bench_pipeline's dataset of `num_shards` shards under its work folder `run`, if made."""
+    name = folder_name(GenerationOptions(dupe_factor=5), num_shards=num_shards)  # seq128_mask20_dup5_shards16
+    return sorted(run.glob(f"*-*/{name}/MANIFEST.json"))
+
 
 def build_dataset(work: Path, xml_mb: float, num_shards: int) -> Path:
     """bench_pipeline's Pretrain128 run on its synthetic dump (reused when already there)."""
-    found = sorted((work / "ours").glob("*-*/seq128_mask20_dup5/MANIFEST.json"))
+    found = manifests(work / "ours", num_shards)
     if not found:
         r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_pipeline.py"), "--xml-mb", str(xml_mb),
                             "--num-shards", str(num_shards), "--skip-anchors", "--skip-stages", "--work", str(work)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"bench_train.py: error: bench_pipeline.py failed: {r.stderr.strip().splitlines()[-1:]}")
-        found = sorted((work / "ours").glob("*-*/seq128_mask20_dup5/MANIFEST.json"))
+        found = manifests(work / "ours", num_shards)
     return found[0].parent
 
 
 def build_python_docs_dataset(work: Path, num_shards: int) -> Path:
     """Pretrain128 on real prose: Python's documentation as a dump (`realtext.py`), through bench_pipeline."""
-    found = sorted((work / "pydocs" / "run" / "ours").glob("*-*/seq128_mask20_dup5/MANIFEST.json"))
+    found = manifests(work / "pydocs" / "run" / "ours", num_shards)
     if not found:
         from realtext import write_python_docs_dump
 
@@ -76,7 +85,7 @@ def build_python_docs_dataset(work: Path, num_shards: int) -> Path:
                            capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(f"bench_train.py: error: bench_pipeline.py failed: {r.stderr.strip().splitlines()[-1:]}")
-        found = sorted((work / "pydocs" / "run" / "ours").glob("*-*/seq128_mask20_dup5/MANIFEST.json"))
+        found = manifests(work / "pydocs" / "run" / "ours", num_shards)
     return found[0].parent
 
 

@@ -4,8 +4,8 @@
 
 Each page is rendered in a window 1280 pixels wide and tall enough for the whole page (Chromium's
 --screenshot takes the window, not the page), then the empty bottom of the window is cut off. The PNG
-is named after the dataset folder the report belongs to (`.../seq128_mask20_dup5/report/report.html`
--> `seq128_mask20_dup5.png`). Chromium runs without its sandbox: as root (a container, CI) it
+is named after the dataset folder the report belongs to (the demo's `.../seq128_mask20_dup5_shards4/report/report.html`
+-> `seq128_mask20_dup5_shards4.png`). Chromium runs without its sandbox: as root (a container, CI) it
 refuses to start otherwise, and the pages are our own files, with no script.
 """
 

@@ -74,6 +74,8 @@ TIERS = {
     "test_seams": ("unit", {"test_a_new_corpus_is_a_source_and_a_binding": "e2e"}),
     "test_sentence_shards": "e2e",
     "test_sentences": "unit",
+    "test_siblings": ("daemons", {
+        "test_a_folder_is_named_by_what_differs_from_the_defaults_and_an_old_one_keeps_its_dataset": "unit"}),
     "test_slices": ("unit", {"test_luigi_extracts_multistream_parts_in_slices_with_identical_output": "e2e"}),
     "test_slurm_plan": "unit",
     "test_speedups": "unit",

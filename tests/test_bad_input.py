@@ -453,6 +453,31 @@ TEXT_RUN = ("luigi", "PretrainText128", "--data-dir", "{root}/data", "--vocab-fi
             "--num-shards", "1", "--min-doc-chars", "0")
 
 
+def _dataset_there(num_shards: int) -> Callable[[Path], None]:
+    """The sample dump's dataset of `num_shards` shards begun in {root}/data (its dataset.json, as a run of PRETRAIN
+    with --num-shards writes it first), in the folder of a dataset of that count, or in `seq128_mask20_dup5/`, as
+    it was named before a folder's name said the shard count."""
+    def setup(root: Path) -> None:
+        from wikiprep import dataset
+        from wikiprep.options import GenerationOptions
+
+        options = GenerationOptions(dupe_factor=5)
+        name = dataset.folder_name(options, num_shards=num_shards)
+        held = dataset.describe(options, None, corpus={"wiki": DEMO_WIKI, "dump_date": DEMO_DATE,
+                                                       "multistream": False, "extract_slice_mb": 100.0},
+                                num_shards=num_shards, min_doc_chars=200, vocab_size=30522)
+        _write(f"data/{DEMO_WIKI}-{DEMO_DATE}/{name}/dataset.json", json.dumps(held))(root)
+    return setup
+
+
+def _legacy_dataset_there(num_shards: int) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        _dataset_there(num_shards)(root)
+        work = root / "data" / f"{DEMO_WIKI}-{DEMO_DATE}"
+        (work / f"seq128_mask20_dup5_shards{num_shards}").rename(work / "seq128_mask20_dup5")
+    return setup
+
+
 def _built_text_corpus(root: Path) -> None:
     """A books folder made into a dataset in {root}/data, then one of its files changed."""
     _write("books/a.txt", TEXT)(root)
@@ -729,6 +754,24 @@ CASES: list[Bad] = [
                                       "data/*/punkt_*.json", "data/*/split/*/*/*", "data/*/.receipts/*",
                                       "data/*/*/.receipts/*", "data/*/split/*/.receipts/*", "data/*/extracted/.receipts/*"),
         timeout=600),
+
+    # --- luigi: a dataset folder holding a dataset of other content parameters (not those its name says) (#30)
+    Bad("luigi-rerun-with-another-masked-lm-prob", PRETRAIN + ("--num-shards", "4", "--masked-lm-prob", "0.2"),
+        "{root}/data/{wiki}-{date}/seq128_mask20_dup5_shards4: holds a dataset made with other parameters "
+        "(masked_lm_prob 0.15 there, 0.2 here); give another --data-dir, or remove "
+        "{root}/data/{wiki}-{date}/seq128_mask20_dup5_shards4 to rebuild it (another shard count, seed, dupe factor, "
+        "sequence length, mask count, whole-word masking or layout gives a dataset of its own folder)",
+        setup=_dataset_there(4)),
+    Bad("luigi-rerun-into-a-folder-named-before-it-said-the-shard-count", PRETRAIN,
+        "{root}/data/{wiki}-{date}/seq128_mask20_dup5: holds a dataset made with other parameters (num_shards 4 "
+        "there, 256 here), named before a folder's name said its shard count, seed and whole-word masking; rename "
+        "it to seq128_mask20_dup5_shards4 to keep both", setup=_legacy_dataset_there(4)),
+    # the folder of the old name holds the dataset of this shard count, seed and masking: it is this run's folder still
+    # (no new one beside it, which would hide it from the run that made it), and refuses the other masked_lm_prob
+    Bad("luigi-rerun-with-another-masked-lm-prob-into-a-folder-named-before", PRETRAIN + (
+        "--num-shards", "4", "--masked-lm-prob", "0.2"),
+        "{root}/data/{wiki}-{date}/seq128_mask20_dup5: holds a dataset made with other parameters (masked_lm_prob 0.15 "
+        "there, 0.2 here); give another --data-dir, or remove", setup=_legacy_dataset_there(4)),
 
     # --- luigi: an output already there with other content (an older version's, its receipt lost) is kept
     Bad("luigi-output-there-with-other-content", DUMP_PRETRAIN + ("--wiki", "{wiki}", "--dump-date", "{date}"),

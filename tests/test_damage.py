@@ -18,13 +18,15 @@ from pathlib import Path
 import pytest
 
 from fixture_paths import REFERENCE_VOCAB
+from wikiprep.dataset import folder_name
+from wikiprep.options import GenerationOptions
 from workflows import DEMO_DATE, DEMO_WIKI
 from imagenet_prep.samples import write_sample_tree
 from workflows.wiki import write_sample_dump
 
 REPO = Path(__file__).resolve().parents[1]
 LUIGI = str(Path(sys.executable).with_name("luigi"))
-DATASET = f"{DEMO_WIKI}-{DEMO_DATE}/seq128_mask20_dup5"
+DATASET = f"{DEMO_WIKI}-{DEMO_DATE}/{folder_name(GenerationOptions(dupe_factor=5), num_shards=2)}"
 
 
 def _args(site: Path, data: Path) -> list[str]:

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from dumpserver import DumpServer
+from wikiprep.dataset import folder_name
+from wikiprep.options import GenerationOptions
 from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI
 
@@ -29,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 LUIGI = [sys.executable, "-m", "luigi", "--module", "workflows"]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "and", "in", "to", "is", "was", "it",
          "city", "river", "north", "south", "old", "new", "##s", "##ed", "##ing", ".", ","]
-DATASET = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / "seq128_mask20_dup5"
+DATASET = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / folder_name(GenerationOptions(dupe_factor=5), num_shards=2)
 DONE = re.compile(r"\) done\s+(\w+\(.*\))$", re.M)  # Luigi's "Worker(...) done   Task(...)" lines
 
 

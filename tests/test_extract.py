@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import PrepError
+from wikiprep.dataset import folder_name
+from wikiprep.options import GenerationOptions
 from wikiprep.wikipedia.extract import (MAX_PAGE_CHARS, PartReader, clock_magic_words, extract_part, is_disambiguation)
 from wikiprep.wikipedia.samples import ARTICLES, write_dump_status, write_sample_dump
 
@@ -391,7 +393,8 @@ def _pretrain(folder: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess
                         "--num-shards", "2", "--vocab-file", str(vocab), "--local-scheduler", "--workers", "2"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    return r, json.loads((tmp_path / "data" / f"enwiki-{DATE}" / "seq128_mask20_dup5" / "stats.json").read_text())
+    return r, json.loads((tmp_path / "data" / f"enwiki-{DATE}" /
+                             folder_name(GenerationOptions(dupe_factor=5), num_shards=2) / "stats.json").read_text())
 
 
 def test_a_skipped_page_is_in_the_datasets_stats(tmp_path):

@@ -17,6 +17,8 @@ from shardkit.errors import PrepError
 from testkit.reference_bert import ReferenceTokenizer
 from testkit.synthetic_dump import prose_page, write_pages_dump
 from wikiprep import sentences, vocab
+from wikiprep.dataset import folder_name
+from wikiprep.options import GenerationOptions
 from wikiprep.tokenization import FullTokenizer, Vocab
 from wikiprep.wikipedia.extract import part_language
 from wikiprep.wikipedia.samples import write_sample_dump
@@ -157,6 +159,6 @@ def test_a_chinese_dump_through_luigi(tmp_path):
     # and 630 articles, five seeds each: performance.md), and with only 8 documents the short-target ones
     # (short_seq_prob, drawn once per document) move it by several points: 57.4% here, 50.1-56.9% on 26 articles.
     assert 0.45 <= figures["random_next"] <= 0.60, figures
-    dataset = tmp_path / "data" / "zhwiki-20260101" / "seq128_mask20_dup5"
+    dataset = tmp_path / "data" / "zhwiki-20260101" / folder_name(GenerationOptions(dupe_factor=5), num_shards=2)
     assert json.loads((dataset / "dataset.json").read_text())["language"] == "zh"
     assert json.loads((dataset / "MANIFEST.json").read_text())["dataset"]["language"] == "zh"

@@ -30,12 +30,14 @@ from pathlib import Path
 import pytest
 
 from testkit.synthetic_dump import write_synthetic_dump
+from wikiprep.dataset import folder_name
+from wikiprep.options import GenerationOptions
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 from fixture_paths import REFERENCE_VOCAB as VOCAB  # noqa: E402
 WIKI, DATE = "enwiki", "20260101"
-DATASET = Path(f"{WIKI}-{DATE}") / "seq128_mask20_dup5"
+DATASET = Path(f"{WIKI}-{DATE}") / folder_name(GenerationOptions(dupe_factor=5), num_shards=4)
 
 # Luigi's timers, shortened for a test; the shipped values and their reasons are in the cluster config.
 FAST = {"worker": {"ping_interval": "0.5", "wait_interval": "0.3", "wait_jitter": "0.3"},

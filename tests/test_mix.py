@@ -18,7 +18,9 @@ import pytest
 
 from fixture_paths import REFERENCE_INPUTS, REFERENCE_VOCAB
 from shardkit.errors import PrepError
+from wikiprep.dataset import folder_name
 from wikiprep.mixture import read_recipe
+from wikiprep.options import GenerationOptions
 from wikiprep.verify import verify
 from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI
@@ -36,6 +38,7 @@ def _luigi(*args: str) -> subprocess.CompletedProcess:
 
 
 COMMON = ("--vocab-file", str(REFERENCE_VOCAB), "--num-shards", "2", "--min-doc-chars", "0")
+DATASET = folder_name(GenerationOptions(dupe_factor=5), num_shards=2)  # seq128_mask20_dup5_shards2
 
 
 def _recipe(path: Path, site: Path, books: Path, repeat: int) -> Path:
@@ -74,9 +77,9 @@ def test_the_wikipedia_stages_done_by_pretrain128_are_not_run_again(mixed):
 
 def test_every_shard_mixes_both_sources_and_the_counts_add_up(mixed):
     _, data, _, _ = mixed
-    folder = data / "wiki-books" / "seq128_mask20_dup5"
+    folder = data / "wiki-books" / DATASET
     stats = json.loads((folder / "stats.json").read_text(encoding="utf-8"))
-    wiki_stats = json.loads((data / f"{DEMO_WIKI}-{DEMO_DATE}" / "seq128_mask20_dup5" / "stats.json").read_text())
+    wiki_stats = json.loads((data / f"{DEMO_WIKI}-{DEMO_DATE}" / DATASET / "stats.json").read_text())
     wiki_documents = sum(s["sentence_documents"] for s in wiki_stats["shards"])
     assert [(s["kind"], s["repeat"], s["documents"]) for s in stats["corpus"]["sources"]] == [
         ("wikipedia", 1, wiki_documents), ("text", 2, 2 * len(BOOKS))]

@@ -26,10 +26,10 @@ LUIGI = str(Path(sys.executable).with_name("luigi"))
 WIKI, DATE = "enwiki", "20260101"
 WORK = f"{WIKI}-{DATE}"
 SHARDS = 8  # files per bin: the loader's rank count must divide it (8 ranks below)
-RUNS = {"seq128_mask20_dup2": [],
-        "seq128_mask20_dup2_parquet_bin32": ["--output-format", "parquet", "--bin-size", "32"],
-        "seq128_mask20_dup2_parquet_dynamic": ["--output-format", "parquet", "--masking", "dynamic"]}
-BINNED, DYNAMIC = "seq128_mask20_dup2_parquet_bin32", "seq128_mask20_dup2_parquet_dynamic"
+STANDARD = "seq128_mask20_dup2_shards8"  # the folders of 8 shards, dupe factor 2, and their Parquet siblings
+BINNED, DYNAMIC = f"{STANDARD}_parquet_bin32", f"{STANDARD}_parquet_dynamic"
+RUNS = {STANDARD: [], BINNED: ["--output-format", "parquet", "--bin-size", "32"],
+        DYNAMIC: ["--output-format", "parquet", "--masking", "dynamic"]}
 
 
 def pretrain(site: Path, data: Path, *extra: str, workers: int = 2) -> subprocess.CompletedProcess:
@@ -146,7 +146,7 @@ def test_only_the_positions_are_compressed_and_every_page_has_a_checksum(made):
 
 def test_lddls_loader_gives_every_promised_sample_with_the_tfrecord_tokens_and_masks(made):
     folder = made["data"] / BINNED
-    expected = tfrecord_instances(made["data"] / "seq128_mask20_dup2")
+    expected = tfrecord_instances(made["data"] / STANDARD)
     by_tokens = {}
     for tokens, masks, nxt in expected:
         by_tokens.setdefault(tokens, []).append((masks, nxt))
@@ -159,7 +159,7 @@ def test_lddls_loader_gives_every_promised_sample_with_the_tfrecord_tokens_and_m
 
 
 def test_with_dynamic_masking_lddls_loader_masks_the_unmasked_pairs_itself(made):
-    expected = tfrecord_instances(made["data"] / "seq128_mask20_dup2")
+    expected = tfrecord_instances(made["data"] / STANDARD)
     originals = set()
     for tokens, masks, _ in expected:
         unmasked = list(tokens)

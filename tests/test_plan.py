@@ -19,13 +19,15 @@ from pathlib import Path
 import pytest
 
 from dumpserver import DumpServer
+from wikiprep.dataset import folder_name
+from wikiprep.options import GenerationOptions
 from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI
 
 REPO = Path(__file__).resolve().parents[1]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a", "of", "and", "in", "to", "is", "was", "it",
          "city", "river", "north", "south", "old", "new", "##s", "##ed", "##ing", ".", ","]
-DATASET = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / "seq128_mask20_dup5"
+DATASET = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / folder_name(GenerationOptions(dupe_factor=5), num_shards=2)
 STATUS = f"/{DEMO_WIKI}/{DEMO_DATE}/dumpstatus.json"
 # The sample dump has 2 parts; 2 shards.
 EVERY_TASK = {"DownloadPart": 2, "ExtractPart": 2, "TrainPunkt": 1, "SplitPart": 2, "SplitDump": 1,

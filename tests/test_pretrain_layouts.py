@@ -30,8 +30,10 @@ from fixture_paths import REFERENCE_VOCAB as VOCAB  # noqa: E402
 WORK = f"{DEMO_WIKI}-{DEMO_DATE}"
 # Every run below uses --fixed-mask-count (given, or implied by --layout remask): the standard dataset the
 # remask one is undone into is the one made with it, not the default's.
-RUNS = {"seq128_mask20_dup2": [], "seq128_mask20_dup2_hdf5": ["--output-format", "hdf5"],
-        "seq128_mask20_dup2_remask": ["--layout", "remask"]}
+# The folders of 2 shards, dupe factor 2: the standard layout's, and its siblings of the other layouts.
+STANDARD = "seq128_mask20_dup2_shards2"
+HDF5, REMASK = f"{STANDARD}_hdf5", f"{STANDARD}_remask"
+RUNS = {STANDARD: [], HDF5: ["--output-format", "hdf5"], REMASK: ["--layout", "remask"]}
 
 
 def run_luigi(*args):
@@ -72,10 +74,10 @@ def test_each_folder_holds_its_own_format_and_says_so(made):
                                                          "wiki_00001.index", "wiki_00001.tfrecord"]
     assert "input_position" in decode_example(next(read_records(rm / "wiki_00000.tfrecord")))
     described = {name: json.loads((made[name] / "dataset.json").read_text()) for name in RUNS}
-    assert "output_format" not in described["seq128_mask20_dup2"] and "layout" not in described["seq128_mask20_dup2"]
-    assert {k: described["seq128_mask20_dup2_hdf5"][k] for k in ("output_format", "layout", "fixed_mask_count")} == \
+    assert "output_format" not in described[STANDARD] and "layout" not in described[STANDARD]
+    assert {k: described[HDF5][k] for k in ("output_format", "layout", "fixed_mask_count")} == \
         {"output_format": "hdf5", "layout": "standard", "fixed_mask_count": True}
-    assert {k: described["seq128_mask20_dup2_remask"][k]
+    assert {k: described[REMASK][k]
             for k in ("output_format", "layout", "pad_position_value", "fixed_mask_count")} == \
         {"output_format": "tfrecord", "layout": "remask", "pad_position_value": 384, "fixed_mask_count": True}
     for name in RUNS:
@@ -86,7 +88,7 @@ def test_each_folder_holds_its_own_format_and_says_so(made):
 
 
 def test_hdf5_holds_the_tfrecord_instances_in_the_same_order(made):
-    standard, h5 = made["seq128_mask20_dup2"], made["seq128_mask20_dup2_hdf5"]
+    standard, h5 = made[STANDARD], made[HDF5]
     total = 0
     for i in range(2):
         count = assert_hdf5_holds_records(h5 / f"wiki_{i:05d}.hdf5", standard / f"wiki_{i:05d}.tfrecord")
@@ -96,7 +98,7 @@ def test_hdf5_holds_the_tfrecord_instances_in_the_same_order(made):
 
 
 def test_the_remask_dataset_undone_is_the_fixed_mask_count_standard_dataset(made):
-    standard, rm = (reader.open_records(made[name]) for name in ("seq128_mask20_dup2", "seq128_mask20_dup2_remask"))
+    standard, rm = (reader.open_records(made[name]) for name in (STANDARD, REMASK))
     assert rm.layout.name == "remask" and standard.layout.name == "tfrecord"
     assert rm.layout.pad_position_value == 384  # as dataset.json says
     undone, expected = list(reader.batches(rm)), list(reader.batches(standard))
@@ -108,7 +110,7 @@ def test_the_remask_dataset_undone_is_the_fixed_mask_count_standard_dataset(made
 
 
 def test_verify_passes_on_both_new_folders(made):
-    for name in ("seq128_mask20_dup2_hdf5", "seq128_mask20_dup2_remask"):
+    for name in (HDF5, REMASK):
         r = subprocess.run([str(Path(sys.executable).with_name("wikiprep")), "verify", str(made[name])],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -139,18 +141,18 @@ def test_a_rerun_with_other_values_never_returns_another_folders_data(made):
     assert {name: tree(made[name]) for name in RUNS} == before
     # A folder's description is compared on its format and layout even when the run's own omits them (the
     # standard dataset's description has neither): a standard run never takes an HDF5 folder for its own.
-    held = json.loads((made["seq128_mask20_dup2_hdf5"] / "dataset.json").read_text())
+    held = json.loads((made[HDF5] / "dataset.json").read_text())
     standard = dataset.DatasetSpec({k: v for k, v in held.items() if k not in ("output_format", "layout")},
                                    layouts.DEFAULT, "wiki")
     with pytest.raises(PrepError, match=r"\(output_format 'hdf5' there, 'tfrecord' here\)"):
-        dataset.check_folder(made["seq128_mask20_dup2_hdf5"], standard)
+        dataset.check_folder(made[HDF5], standard)
     with pytest.raises(PrepError, match=r"\(layout 'remask' there, 'standard' here\)"):
-        dataset.check_folder(made["seq128_mask20_dup2_remask"], standard)
+        dataset.check_folder(made[REMASK], standard)
 
 
 def test_two_runs_give_the_same_bytes(made):
     """Both new folders removed and made again, by one worker rather than two: every file the same bytes."""
-    for name in ("seq128_mask20_dup2_hdf5", "seq128_mask20_dup2_remask"):
+    for name in (HDF5, REMASK):
         before = tree(made[name])
         shutil.rmtree(made[name])
         r = pretrain(made["site"], made["data"], *RUNS[name], *([] if "remask" in name else ["--fixed-mask-count"]),

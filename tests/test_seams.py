@@ -115,7 +115,8 @@ def test_a_new_corpus_is_a_source_and_a_binding(tmp_path):
                            num_shards=2, min_doc_chars=0)
     assert luigi.build([task], local_scheduler=True, workers=1, log_level="WARNING")
 
-    folder = tmp_path / "data" / "lines" / "seq128_mask20_dup5"
+    folder = task.dataset_dir
+    assert folder == tmp_path / "data" / "lines" / "seq128_mask20_dup5_shards2"
     assert sorted(p.name for p in folder.glob("lines_*")) == [
         "lines_00000.index", "lines_00000.tfrecord", "lines_00001.index", "lines_00001.tfrecord"]
     description = json.loads((folder / "dataset.json").read_text(encoding="utf-8"))

@@ -9,11 +9,18 @@ from pathlib import Path
 import pytest
 
 from shardkit.errors import PrepError
+from wikiprep.dataset import folder_name
+from wikiprep.options import GenerationOptions
 from wikiprep.wikipedia.samples import write_sample_dump
 from workflows import DEMO_DATE, DEMO_WIKI, Pretrain384
 from workflows.slurm import STAGES, SlurmStage384, array_spec, plan, stage_elements
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def seq128(num_shards: int) -> str:
+    """The folder of a default seq-128 dataset of `num_shards` shards: seq128_mask20_dup5_shards2 ..."""
+    return folder_name(GenerationOptions(dupe_factor=5), num_shards=num_shards)
 
 
 @pytest.fixture
@@ -100,8 +107,9 @@ def test_the_vocab_stage_without_a_vocabulary_to_train_is_refused_in_one_line(da
 
 
 @pytest.mark.parametrize("extra, folder, shard", [
-    (["--output-format", "hdf5"], "seq384_mask56_dup5_hdf5", "wiki_00002.hdf5"),
-    (["--layout", "remask", "--max-predictions-per-seq", "58"], "seq384_mask58_dup5_remask", "wiki_00002.tfrecord"),
+    (["--output-format", "hdf5"], "seq384_mask56_dup5_shards3_hdf5", "wiki_00002.hdf5"),
+    (["--layout", "remask", "--max-predictions-per-seq", "58"], "seq384_mask58_dup5_shards3_remask",
+     "wiki_00002.tfrecord"),
 ])
 def test_the_chain_passes_the_output_format_and_layout_through(dataset, extra, folder, shard):
     """submit.sh hands every parameter to slurm-plan and, through job.env, to each job's SlurmStage."""
@@ -131,7 +139,7 @@ def test_a_text_corpus_has_its_own_chain(tmp_path, fmt, punkt):
     assert families["punkt"] == (["TextTrainPunkt"] if punkt else [])
     todo = plan(dataset)
     assert (todo["TODO_download"], todo["TODO_punkt"], todo["TODO_pieces"]) == ("", punkt, "0-2")
-    assert todo["DATASET_DIR"] == str((tmp_path / "data" / "corpus" / "seq128_mask20_dup5").resolve())
+    assert todo["DATASET_DIR"] == str((tmp_path / "data" / "corpus" / seq128(2)).resolve())
     element = SlurmTextStage128(**{**dataset.param_kwargs, "stage": "pieces", "index": 1})
     assert element.requires() == stage_elements(dataset)["pieces"][1]
 
@@ -150,7 +158,7 @@ def test_submit_sh_chains_a_text_corpus(tmp_path):
     assert out.returncode == 0, out.stderr
     stages = [line.split()[0] for line in out.stdout.splitlines()[:-1]]
     assert stages == ["pieces", "sentences", "vocab", "shards", "finalize"]
-    job_env = (tmp_path / "data" / "corpus" / "slurm" / "seq128_mask20_dup5" / "job.env").read_text()
+    job_env = (tmp_path / "data" / "corpus" / "slurm" / seq128(1) / "job.env").read_text()
     assert "TASK=PretrainText128" in job_env and "STAGE_TASK=SlurmTextStage128" in job_env
     assert f"--text-dir {corpus}" in job_env
 
@@ -186,7 +194,7 @@ def test_a_mixture_has_its_own_chain(tmp_path):
                         "pieces": ["SplitPart"] * 2 + ["TextSplitPiece"], "sentences": ["MixSentenceShard"] * 2,
                         "vocab": ["MixTrainVocab"], "shards": ["MixPretrainShard"] * 2, "parts": [],
                         "finalize": ["PretrainMix128"]}
-    assert plan(dataset) == {"DATASET_DIR": str((tmp_path / "data" / "wiki-books" / "seq128_mask20_dup5").resolve()),
+    assert plan(dataset) == {"DATASET_DIR": str((tmp_path / "data" / "wiki-books" / seq128(2)).resolve()),
                              "TODO_download": "0", "TODO_punkt": "0", "TODO_pieces": "0-2", "TODO_sentences": "0-1",
                              "TODO_vocab": "0", "TODO_shards": "0-1", "TODO_parts": "", "TODO_finalize": "0"}
     # The single job of a stage runs all of its tasks: both sources' sentence models.
@@ -216,6 +224,6 @@ def test_submit_sh_chains_a_mixture(tmp_path):
     stages = [line.split()[0] for line in out.stdout.splitlines()[:-1]]
     assert stages == ["download", "punkt", "pieces", "sentences", "vocab", "shards", "finalize"]
     assert "pieces 3 --array=0-2\n" in out.stdout
-    job_env = (tmp_path / "data" / "wiki-books" / "slurm" / "seq128_mask20_dup5" / "job.env").read_text()
+    job_env = (tmp_path / "data" / "wiki-books" / "slurm" / seq128(2) / "job.env").read_text()
     assert "TASK=PretrainMix128" in job_env and "STAGE_TASK=SlurmMixStage128" in job_env
     assert f"--recipe {recipe}" in job_env

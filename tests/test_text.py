@@ -26,7 +26,8 @@ from fixture_paths import REFERENCE_INPUTS, REFERENCE_VOCAB
 from shardkit.atomic import sha256_file
 from shardkit.errors import PrepError
 from wikiprep import reader
-from wikiprep.dataset import shard_seed
+from wikiprep.dataset import folder_name, shard_seed
+from wikiprep.options import GenerationOptions
 from wikiprep.text import files, readers
 from wikiprep.verify import verify
 
@@ -35,6 +36,8 @@ SAMPLE = (REFERENCE_INPUTS / "sample_text.txt").read_text(encoding="utf-8")
 # The sample's sentences, four to a paragraph: books of real prose.
 _LINES = [line for line in SAMPLE.splitlines() if line.strip()]
 PARAGRAPHS = [" ".join(_LINES[i:i + 4]) for i in range(0, len(_LINES), 4)]
+# The dataset folders of the runs below: seq 128, dupe factor 5, 2 shards (seq128_mask20_dup5_shards2), or 1.
+TWO, ONE = (folder_name(GenerationOptions(dupe_factor=5), num_shards=n) for n in (2, 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +200,7 @@ def built(books, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     data = tmp_path_factory.mktemp("one") / "data"
     run = _text_run(data, books)
     assert run.returncode == 0, run.stderr[-3000:]
-    return data / "books" / "seq128_mask20_dup5", run
+    return data / "books" / TWO, run
 
 
 def test_a_books_folder_builds_a_dataset_with_its_quirks_counted_and_named(built, books):
@@ -232,14 +235,14 @@ def test_two_workers_and_other_cuts_give_the_same_bytes(built, books, tmp_path):
     folder, _ = built
     run = _text_run(tmp_path / "two", books, workers=2)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert _dataset_files(tmp_path / "two" / "books" / "seq128_mask20_dup5") == _dataset_files(folder)
+    assert _dataset_files(tmp_path / "two" / "books" / TWO) == _dataset_files(folder)
     # A piece per file rather than the small files read together: the same records.
     run = _text_run(tmp_path / "each", books, "--text-piece-mb", "0", workers=2)
     assert run.returncode == 0, run.stderr[-3000:]
     each = tmp_path / "each" / "books"
     assert len(list(each.glob("split/*/0*"))) == len(PARAGRAPHS) + 4
     for name in ("text_00000.tfrecord", "text_00001.tfrecord", "stats.json"):
-        assert (each / "seq128_mask20_dup5" / name).read_bytes() == (folder / name).read_bytes(), name
+        assert (each / TWO / name).read_bytes() == (folder / name).read_bytes(), name
 
 
 def test_files_cut_in_byte_ranges_give_the_same_bytes(tmp_path):
@@ -258,11 +261,11 @@ def test_files_cut_in_byte_ranges_give_the_same_bytes(tmp_path):
         runs[mb] = data / "lines"
     assert len(list(runs["0.001"].glob("split/*/0*"))) > 5 and len(list(runs["0"].glob("split/*/0*"))) == 1
     same = ["sentences/n2_seed12345_min0/shard_00000.txt", "sentences/n2_seed12345_min0/shard_00001.txt"] + \
-           [f"seq128_mask20_dup5/{n}" for n in ("text_00000.tfrecord", "text_00000.index", "text_00001.tfrecord",
+           [f"{TWO}/{n}" for n in ("text_00000.tfrecord", "text_00000.index", "text_00001.tfrecord",
                                                "text_00001.index", "stats.json", "vocab.txt")]
     for name in same:
         assert (runs["0"] / name).read_bytes() == (runs["0.001"] / name).read_bytes(), name
-    whole, cut = (json.loads((runs[mb] / "seq128_mask20_dup5" / "dataset.json").read_text()) for mb in runs)
+    whole, cut = (json.loads((runs[mb] / TWO / "dataset.json").read_text()) for mb in runs)
     assert {k for k in whole if whole[k] != cut[k]} == {"text_piece_mb"}
 
 
@@ -304,7 +307,7 @@ def test_the_sentences_format_gives_create_pretraining_datas_records(tmp_path):
                           f"--random_seed={shard_seed(12345, 0)}"], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert ref.returncode == 0, ref.stderr[-2000:]
-    ours = data / "corpus" / "seq128_mask20_dup5" / "text_00000.tfrecord"
+    ours = data / "corpus" / ONE / "text_00000.tfrecord"
     assert ours.read_bytes() == out.read_bytes()
 
 
@@ -327,7 +330,7 @@ def test_a_jsonl_gz_corpus_of_german_and_french_builds(tmp_path):
                  "--text-field", "content", "--do-lower-case", "false", "--vocab-size", "400", "--num-shards", "2",
                  "--min-doc-chars", "0", "--workers", "2")
     assert run.returncode == 0, run.stderr[-3000:]
-    folder = data / "web" / "seq128_mask20_dup5"
+    folder = data / "web" / TWO
     stats = json.loads((folder / "stats.json").read_text(encoding="utf-8"))
     assert sum(s["sentence_documents"] for s in stats["shards"]) == 80
     assert verify(folder)["records"] == stats["total"]["instances"] > 0

@@ -15,10 +15,14 @@ import pytest
 import tensorflow as tf
 
 from testkit.reports import as_hashed
+from wikiprep.dataset import folder_name
+from wikiprep.options import GenerationOptions
 from workflows import DEMO_DATE, DEMO_WIKI
 
 REPO = Path(__file__).resolve().parents[1]
 LUIGI = str(Path(sys.executable).with_name("luigi"))
+# The demo's dataset (4 shards): seq128_mask20_dup5_shards4 in the demo's data folder, as in pretrain_args' runs.
+DATASET = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / folder_name(GenerationOptions(dupe_factor=5), num_shards=4)
 
 
 def run_luigi(*args, cwd=REPO, timeout=900):
@@ -45,7 +49,7 @@ def pretrain_args(demo_dir, data_dir, workers):
 def test_demo_builds_every_output(demo):
     summary = json.loads((demo / "summary.json").read_text())
     dataset = Path(summary["bert_dataset"])
-    assert dataset == demo / "data" / f"{DEMO_WIKI}-{DEMO_DATE}" / "seq128_mask20_dup5"
+    assert dataset == demo / "data" / DATASET
     downloads = demo / "data" / "downloads" / DEMO_WIKI / DEMO_DATE
     assert len(list(downloads.glob("*.bz2"))) == 2
     shards = sorted(dataset.glob("wiki_*.tfrecord"))
@@ -129,10 +133,9 @@ def _same_report_as_wikiprep_stats(dataset: Path) -> bool:
 def test_same_bytes_whatever_the_worker_count(demo, tmp_path):
     r = run_luigi(*pretrain_args(demo, tmp_path / "data", workers=1))
     assert r.returncode == 0, r.stderr[-3000:]
-    rel = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / "seq128_mask20_dup5"
-    assert (tmp_path / "data" / rel / "MANIFEST.json").read_bytes() == \
-        (demo / "data" / rel / "MANIFEST.json").read_bytes()
-    assert _tree_digest(tmp_path / "data" / rel / "report") == _tree_digest(demo / "data" / rel / "report")
+    assert (tmp_path / "data" / DATASET / "MANIFEST.json").read_bytes() == \
+        (demo / "data" / DATASET / "MANIFEST.json").read_bytes()
+    assert _tree_digest(tmp_path / "data" / DATASET / "report") == _tree_digest(demo / "data" / DATASET / "report")
 
 
 def test_sigterm_mid_run_leaves_no_temporary_and_the_rerun_gives_the_same_bytes(demo, tmp_path):
@@ -145,7 +148,7 @@ def test_sigterm_mid_run_leaves_no_temporary_and_the_rerun_gives_the_same_bytes(
                             start_new_session=True)
     deadline = time.monotonic() + 600
     # Once the sentence shards exist, instance generation writes its temporaries.
-    while not list(data.glob("*/seq128_mask20_dup5/*.tmp-*")):
+    while not list((data / DATASET).glob("*.tmp-*")):
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before writing a shard"
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGTERM)
@@ -156,14 +159,13 @@ def test_sigterm_mid_run_leaves_no_temporary_and_the_rerun_gives_the_same_bytes(
 
     r = run_luigi(*pretrain_args(demo, data, workers=2))
     assert r.returncode == 0, r.stderr[-3000:]
-    rel = Path(f"{DEMO_WIKI}-{DEMO_DATE}") / "seq128_mask20_dup5"
-    assert (data / rel / "MANIFEST.json").read_bytes() == (demo / "data" / rel / "MANIFEST.json").read_bytes()
+    assert (data / DATASET / "MANIFEST.json").read_bytes() == (demo / "data" / DATASET / "MANIFEST.json").read_bytes()
 
 
 def test_rerun_after_losing_outputs_gives_identical_files(demo, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(demo / "data", data)
-    dataset = data / f"{DEMO_WIKI}-{DEMO_DATE}" / "seq128_mask20_dup5"
+    dataset = data / DATASET
     before = (dataset / "MANIFEST.json").read_bytes()
     # A run killed between a shard's commit and its receipt, before the manifest, beside a writer of this
     # host that died mid-write and a temporary of another host: its writer may still run, so the shard's
@@ -220,9 +222,10 @@ def _tree_digest(folder: Path) -> dict:
 
 
 @pytest.mark.parametrize("change, expected", [
-    ({"--num-shards": "3"}, ["num_shards 4 there, 3 here"]),
-    ({"--seed": "999", "--do-whole-word-mask": None}, ["seed 12345 there, 999 here",
-                                                       "do_whole_word_mask False there, True here"]),
+    # (Another shard count, seed or whole-word masking is a sibling dataset in a folder of its own: test_siblings.)
+    ({"--vocab-size": "9000"}, ["vocab_size 8000 there, 9000 here"]),
+    ({"--short-seq-prob": "0.2", "--fixed-mask-count": None}, ["fixed_mask_count False there, True here",
+                                                               "short_seq_prob 0.1 there, 0.2 here"]),
     ({"--dupe-factor": "5", "--masked-lm-prob": "0.2"}, ["masked_lm_prob 0.15 there, 0.2 here"]),
     ({"--vocab-file": "OTHER_VOCAB"}, ["vocab_sha256 '"]),
     ({"--vocab-file": "NOT_A_VOCAB"}, ["not a BERT vocabulary"]),

@@ -16,7 +16,9 @@ Three steps, each a plain function so that a Luigi task can wrap each one (as `i
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -28,12 +30,14 @@ from shardkit.progress import Progress
 
 from . import instances, layouts
 from .layouts import Layout
-from .options import GenerationOptions
+from .options import DEFAULT_NUM_SHARDS, DEFAULT_SEED, GenerationOptions
 from .sentences import stable_hash
 from .tokenization import Vocab
 from .vocab import check_vocab_file
 
 DESCRIPTION = "dataset.json"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,71 @@ class DatasetSpec:
         return shard_name(self.prefix, shard, self.layout)
 
 
-def folder_name(options: GenerationOptions, layout: Layout = layouts.DEFAULT) -> str:
-    """'seq128_mask20_dup5': the folder of a dataset within its corpus' work folder; the datasets of other
-    layouts made with the same options are its siblings ('..._hdf5', '..._remask': the layout's suffix)."""
-    base = f"seq{options.max_seq_length}_mask{options.max_predictions_per_seq}_dup{options.dupe_factor}"
-    return base + layout.folder_suffix
+def folder_name(options: GenerationOptions, layout: Layout = layouts.DEFAULT, *, num_shards: int) -> str:
+    """'seq128_mask20_dup5': the folder of a dataset within its corpus' work folder, named by what may differ
+    between datasets made from the same sentence split or the same corpus: the sequence length, masks and dupe
+    factor; `_shards16`, `_seed7` when the shard count or seed is not the default (`DEFAULT_NUM_SHARDS`,
+    `DEFAULT_SEED`), `_wwm` with whole-word masking; then the layout's suffix ('_hdf5', '_remask'). Each such
+    dataset is a sibling of the others, in a folder of its own; a default run's name is that of every version."""
+    return _name({**options.as_dict(), "seed": options.random_seed, "num_shards": num_shards}, layout)
+
+
+# The keys of a dataset's description its folder's name says since it says more than the sequence length, masks and
+# dupe factor (`folder_name`): a folder named before (`_name`'s `legacy`) may hold a dataset of any of their values.
+NAMED_SINCE = ("num_shards", "seed", "do_whole_word_mask")
+
+
+def _name(values: dict, layout: Layout, legacy: bool = False) -> str:
+    """`folder_name` of a description's `values` (dataset.json's keys); `legacy`: the name a dataset folder had
+    before it said the `NAMED_SINCE` keys."""
+    name = f"seq{values['max_seq_length']}_mask{values['max_predictions_per_seq']}_dup{values['dupe_factor']}"
+    if not legacy:
+        name += "" if values["num_shards"] == DEFAULT_NUM_SHARDS else f"_shards{values['num_shards']}"
+        name += "" if values["seed"] == DEFAULT_SEED else f"_seed{values['seed']}"
+        name += "_wwm" if values["do_whole_word_mask"] else ""
+    return name + layout.folder_suffix
+
+
+def dataset_folder(work_dir: str | Path, options: GenerationOptions, layout: Layout = layouts.DEFAULT, *,
+                   num_shards: int) -> Path:
+    """The folder of the dataset these parameters make, within its corpus' work folder `work_dir`: `folder_name`'s,
+    unless a dataset made before folder names said the shard count, seed and whole-word masking holds its place.
+
+    That is: the name differs from the one it had then (`legacy`), nothing was written under the new name yet
+    (no dataset.json), and the folder of the old name (or, for a layout with a finishing step, its staged shards'
+    folder) holds a dataset of this shard count, seed and masking. That folder is then this dataset's, as it was,
+    so that a finished dataset stays complete and a half-built one resumes; `check_folder` judges the rest of its
+    parameters as before. Said once per process, with where new datasets of these parameters go.
+    """
+    work_dir = Path(work_dir)
+    values = {**options.as_dict(), "seed": options.random_seed, "num_shards": num_shards}
+    folder, before = work_dir / _name(values, layout), work_dir / _name(values, layout, legacy=True)
+    if folder == before or any((claim / DESCRIPTION).exists() for claim in _claims(folder, layout)):
+        return folder
+    held = next(filter(None, map(_held_description, _claims(before, layout))), None)
+    if held is None or any(held.get(key) != values[key] for key in NAMED_SINCE):
+        return folder
+    _say_legacy(before, folder.name)
+    return before
+
+
+def _claims(folder: Path, layout: Layout) -> list[Path]:
+    """The folders whose dataset.json says which dataset `folder` holds: itself, and for a layout with a finishing
+    step its staged shards' folder, claimed first (its dataset folder only when its files are written)."""
+    return [folder, staged_folder(folder)] if layout.finishing else [folder]
+
+
+@functools.cache
+def _say_legacy(folder: Path, name: str) -> None:
+    log.info("%s: made before a dataset folder's name said its shard count, seed and whole-word masking, holds a "
+             "dataset of these: this run takes it as it is; new datasets of these parameters go to %s", folder, name)
+
+
+def staged_folder(folder: str | Path) -> Path:
+    """Where a layout with a finishing step (`Layout.finishing`) stages the shards of dataset folder `folder`:
+    `staged/<its name>` beside it."""
+    folder = Path(folder)
+    return folder.parent / "staged" / folder.name
 
 
 def shard_name(prefix: str, shard: int, layout: Layout = layouts.DEFAULT) -> str:
@@ -115,7 +179,9 @@ def check_folder(folder: str | Path, spec: DatasetSpec) -> None:
     Only the keys of `spec.description` are compared (one made before the vocabulary exists has no
     `vocab_sha256`), and never `spec.same_bytes`; the layout's flag keys always, a missing one taken as the
     default layout's (so a standard run never takes another layout's folder for its own). Meant to run
-    before any work starts.
+    before any work starts. The line says which parameters give a dataset a folder of its own, or, for a
+    folder named before its name said the shard count, seed and whole-word masking and holding other ones,
+    the name it would have now: renamed so, it stays beside this run's.
     """
     folder = Path(folder)
     held = _held_description(folder)
@@ -127,9 +193,20 @@ def check_folder(folder: str | Path, spec: DatasetSpec) -> None:
     for key, value in sorted(description.items()):
         if key not in spec.same_bytes:
             differ += differences(key, held.get(key), value, spec.same_bytes)
-    if differ:
-        raise PrepError(f"{folder}: holds a dataset made with other parameters ({'; '.join(differ)}); "
+    if not differ:
+        return
+    differ = "; ".join(differ)
+    named_there = {key: held.get(key) for key in NAMED_SINCE}
+    if folder.name == _name(description, spec.layout, legacy=True) and \
+            any(named_there[key] != description[key] for key in NAMED_SINCE) and \
+            all(type(named_there[key]) is type(description[key]) for key in NAMED_SINCE):
+        now = _name({**description, **named_there}, spec.layout)
+        raise PrepError(f"{folder}: holds a dataset made with other parameters ({differ}), named before a folder's "
+                        f"name said its shard count, seed and whole-word masking; rename it to {now} to keep both, "
                         f"give another --data-dir, or remove {folder} to rebuild it")
+    raise PrepError(f"{folder}: holds a dataset made with other parameters ({differ}); give another --data-dir, "
+                    f"or remove {folder} to rebuild it (another shard count, seed, dupe factor, sequence length, "
+                    f"mask count, whole-word masking or layout gives a dataset of its own folder)")
 
 
 def differences(key: str, held, value, same_bytes: tuple[str, ...]) -> list[str]:

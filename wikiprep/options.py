@@ -17,6 +17,13 @@ MIN_SEQ_LENGTH = 5
 MAX_SEQ_LENGTH = 1_000_000
 MAX_PREDICTIONS_PER_SEQ = 1_000_000
 
+# The Pretrain tasks' defaults (their --num-shards and --seed, and the Makefile's) for what the original's flags do
+# not hold: a dataset folder's name says a shard count or seed only when it is not one of these
+# (`dataset.folder_name`), so a default run's paths are those of every version. The seed is the original's
+# --random_seed default.
+DEFAULT_NUM_SHARDS = 256
+DEFAULT_SEED = 12345
+
 
 def _flag(default, help_text: str):
     return field(default=default, metadata={"help": help_text})
@@ -32,7 +39,7 @@ class GenerationOptions:
     do_whole_word_mask: bool = _flag(False, "Whether to use whole word masking rather than per-WordPiece masking.")
     max_seq_length: int = _flag(128, "Maximum sequence length.")
     max_predictions_per_seq: int = _flag(20, "Maximum number of masked LM predictions per sequence.")
-    random_seed: int = _flag(12345, "Random seed for data generation.")
+    random_seed: int = _flag(DEFAULT_SEED, "Random seed for data generation.")
     dupe_factor: int = _flag(10, "Number of times to duplicate the input data (with different masks).")
     masked_lm_prob: float = _flag(0.15, "Masked LM probability.")
     short_seq_prob: float = _flag(0.1, "Probability of creating sequences which are shorter than the maximum length.")

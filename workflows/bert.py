@@ -38,7 +38,7 @@ from shardkit.errors import PrepError
 from wikiprep import dataset, layouts, reader, sentences, vocab
 from wikiprep import stats as record_stats  # `stats` is what the tasks call the figures their steps return
 from wikiprep.corpus import Piece, Source
-from wikiprep.options import GenerationOptions
+from wikiprep.options import DEFAULT_NUM_SHARDS, DEFAULT_SEED, GenerationOptions
 from wikiprep.schema import PRED, SEQ
 from wikiprep.tokenization import Vocab
 
@@ -216,8 +216,8 @@ class TrainPunkt(CorpusTask):
 class SentenceShards(CorpusTask):
     """Every sentence shard (SentenceShard): what the vocabulary is trained on. Nothing of its own to run."""
 
-    num_shards = IntParameter(default=256, min_value=1, description="number of output shards")
-    seed = IntParameter(default=12345, description="global seed: shard mixing and instance generation")
+    num_shards = IntParameter(default=DEFAULT_NUM_SHARDS, min_value=1, description="number of output shards")
+    seed = IntParameter(default=DEFAULT_SEED, description="global seed: shard mixing and instance generation")
 
     def requires(self):
         return [self.stage(SentenceShard, shard=i) for i in range(self.num_shards)]
@@ -460,17 +460,17 @@ class PretrainTask(CorpusTask):
         fixed = self.fixed_mask_count or layouts.implies_fixed_mask_count(self.layout)
         return GenerationOptions.from_object(self, random_seed=self.seed, fixed_mask_count=fixed)
 
-    @property
+    @functools.cached_property
     def dataset_dir(self) -> Path:
-        return self.work_dir / dataset.folder_name(self.options, self.output_layout)
+        """The dataset's folder (`dataset.dataset_folder`: by its parameters' name, or an older version's folder
+        that holds it), decided once per task: its outputs stay where its completeness was judged."""
+        return dataset.dataset_folder(self.work_dir, self.options, self.output_layout, num_shards=self.num_shards)
 
     @property
     def shards_dir(self) -> Path:
         """Where PretrainShard writes: the dataset folder, or for a layout with a finishing step the staged shards'
         folder (`staged/<the dataset folder's name>`), which its finishing parts read."""
-        if not self.output_layout.finishing:
-            return self.dataset_dir
-        return self.work_dir / "staged" / self.dataset_dir.name
+        return dataset.staged_folder(self.dataset_dir) if self.output_layout.finishing else self.dataset_dir
 
     @property
     def dims(self) -> dict[str, int]:

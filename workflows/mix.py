@@ -185,7 +185,8 @@ class MixPretrainPart(MixTask, bert.PretrainPart):
 
 
 class MixPretrainDataset(MixTask, bert.PretrainDataset):
-    """bert.PretrainDataset in DATA/NAME/seq{L}_mask{M}_dup{D}[_hdf5|_remask]/, NAME the recipe's name."""
+    """bert.PretrainDataset in DATA/NAME/seq{L}_mask{M}_dup{D}[_shards{N}][_seed{S}][_wwm][_hdf5|_remask]/
+    (dataset.folder_name), NAME the recipe's name."""
 
 
 class PretrainMix128(MixPretrainDataset, bert.Pretrain128):

@@ -119,7 +119,8 @@ class TextPretrainPart(TextTask, bert.PretrainPart):
 
 
 class TextPretrainDataset(TextTask, bert.PretrainDataset):
-    """bert.PretrainDataset in DATA/NAME/seq{L}_mask{M}_dup{D}[_hdf5|_remask]/."""
+    """bert.PretrainDataset in DATA/NAME/seq{L}_mask{M}_dup{D}[_shards{N}][_seed{S}][_wwm][_hdf5|_remask]/
+    (dataset.folder_name)."""
 
 
 class PretrainText128(TextPretrainDataset, bert.Pretrain128):

@@ -217,7 +217,8 @@ class PretrainPart(WikiTask, bert.PretrainPart):
 
 
 class PretrainDataset(WikiTask, bert.PretrainDataset):
-    """bert.PretrainDataset in DATA/{wiki}-{date}/seq{L}_mask{M}_dup{D}[_hdf5|_remask|_parquet...]/."""
+    """bert.PretrainDataset in DATA/{wiki}-{date}/seq{L}_mask{M}_dup{D}[_shards{N}][_seed{S}][_wwm][_hdf5|_remask|
+    _parquet...]/ (dataset.folder_name)."""
 
 
 class Pretrain128(PretrainDataset, bert.Pretrain128):

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[3]
 VENV = Path(sys.executable).parent.parent  # not resolved: a venv's python is a symlink
 WIKI, DATE = "enwiki", "20260101"  # workflows.DEMO_WIKI, DEMO_DATE
 STAGES = ["download", "punkt", "pieces", "sentences", "vocab", "shards", "finalize"]  # a vocabulary is trained
-DATASET = Path(f"{WIKI}-{DATE}") / "seq128_mask20_dup100"
+DATASET = Path(f"{WIKI}-{DATE}") / "seq128_mask20_dup100_shards4"  # dataset.folder_name of params()
 TIMEOUT = 900
 
 
@@ -279,6 +279,6 @@ def test_a_mixtures_chain_writes_what_one_process_writes(site, tmp_path):
     wait_gone(list(jobs.values()))
     for stage, job in jobs.items():
         assert set(states(job).values()) == {"COMPLETED"}, (stage, states(job))
-    dataset = Path("wiki-books") / "seq128_mask20_dup5"
+    dataset = Path("wiki-books") / "seq128_mask20_dup5_shards2"
     assert (data / dataset / "MANIFEST.json").read_bytes() == (serial / dataset / "MANIFEST.json").read_bytes()
     assert not leftovers(data)
