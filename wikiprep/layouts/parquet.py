@@ -250,12 +250,14 @@ class ParquetLayout(Layout):
                     pending = _Pending(writer)
 
                     def use(data: bytes, skip: int, n: int) -> None:
-                        if observe is None:
-                            pending.add(tables.table(data, skip, n))
-                            return
-                        table, batch = tables.table(data, skip, n, batch=True)
-                        pending.add(table)
-                        observe(b, batch)
+                        def make(first: int, count: int):
+                            if observe is None:
+                                return tables.table(data, first, count)
+                            table, batch = tables.table(data, first, count, batch=True)
+                            observe(b, batch)
+                            return table
+
+                        pending.add_rows(make, skip, n)
 
                     for shard, first, take in runs[b]:
                         read_staged(staged[shard], first, take, use)
@@ -527,6 +529,15 @@ class _Pending:
             self._write(self.next)
             self.next = self._next_group()
 
+    def add_rows(self, make: Callable[[int, int], object], first: int, count: int) -> None:
+        """Rows first .. first + count - 1 of a block, made into tables by `make(first, n)` a window at a time, each
+        window ending where a row group does: a group is then written from the one table made for it, not from a
+        copy of two joined, and a window's text is at most a row group's."""
+        while count:
+            n = min(count, self.next - self.rows) if self.next else count
+            self.add(make(first, n))
+            first, count = first + n, count - n
+
     def _write(self, n: int) -> None:
         pa = _pa()
         whole = pa.concat_tables(self.tables)
@@ -680,8 +691,7 @@ class ParquetFiles:
         def emit(j: int, data: bytes, index_lines: bytes, count: int) -> None:
             while current["j"] < j:  # outputs come in turn; one with no rows gets an empty file
                 start(current["j"] + 1)
-            for first in range(0, count, ROW_GROUP):  # a row group's text at a time: 3 times the rows' bytes
-                current["pending"].add(self.tables.table(data, first, min(ROW_GROUP, count - first)))
+            current["pending"].add_rows(lambda first, n: self.tables.table(data, first, n), 0, count)
 
         try:
             copy_spilled(n_out, order, offsets, fd, emit, progress, indexed=False)
