@@ -20,7 +20,7 @@ Per size and masking, like for like (static with `--masking`, dynamic without), 
         then `mpirun -np 2 balance_dask_output` into K shards per bin. K is the smallest even count from 4 up that
         no bin's total divides by: LDDL's balancer loops forever on a bin whose total is a multiple of the shard
         count (a larger file can never hold exactly one more than a smaller one).
-  ours: `create_pretraining_file` (dupe 5, as LDDL's; seq 128, 20 predictions) into one staged Parquet file (our
+  ours: `create_pretraining_file` (dupe 5, as LDDL's; seq 128, 20 predictions) into one staged shard (our
         bins, our masking) and the finishing step (`plan_parts`, `write_part`) into the same K files per bin, in a
         fresh process, twice: the bytes compared;
         and again from LDDL's own input (a document per line) through our sentence stages first (TrainPunkt's
@@ -198,23 +198,24 @@ def _split_documents(wiki: Path, work: Path) -> Path:
 
 
 def _ours_child(args) -> None:
-    """In a fresh process: one staged Parquet file (or TFRecord file), then the finishing step into K files a bin;
+    """In a fresh process: one staged shard (or TFRecord file), then the finishing step into K files a bin;
     with --documents, from LDDL's input through our sentence stages first."""
     from wikiprep import layouts
     from wikiprep.instances import create_pretraining_file
     from wikiprep.options import GenerationOptions
     from wikiprep.schema import PRED, SEQ
+    from wikiprep.tokenization import Vocab
 
     params, work = json.loads(args.params), Path(args.workdir)
     layout = layouts.get(args.child).with_parameters(**params)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    staged = work / f"staged{layout.shard_suffix}"
+    staged = work / f"staged{layout.staged.shard_suffix}"
     start = time.process_time()
     text = _split_documents(Path(args.documents), work) if args.documents else Path(args.input)
     stats = create_pretraining_file([str(text)], str(VOCAB), str(staged),
                                     str(staged.with_suffix(".index")) if layout.indexed else None,
-                                    GenerationOptions(dupe_factor=5), layout=layout, overwrite=True)
+                                    GenerationOptions(dupe_factor=5), layout=layout.staged, overwrite=True)
     files, staged_cpu = [staged], time.process_time() - start
     if layout.finishing:
         dims = {SEQ: 128, PRED: 20}
@@ -224,7 +225,7 @@ def _ours_child(args) -> None:
             paths = [work / n for n in layout.part_names("wiki", part, dims)]
             for path in paths:
                 path.unlink(missing_ok=True)
-            layout.write_part(plan, part, [staged], paths, dims)
+            layout.write_part(plan, part, [staged], paths, dims, Vocab.load(VOCAB))
             files += paths
     cpu = time.process_time() - start
     digest = hashlib.sha256()
