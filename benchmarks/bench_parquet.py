@@ -11,7 +11,7 @@ that once (~0.15 CPU-s, printed first), not per instance. Seq 128, 20 prediction
 defaults), the compiled generator and copy-out when built.
 
 - **writer** rows: one `create_pretraining_file` (what `create-pretraining-data` runs): TFRecords with their
-  index, then Parquet with static masks, dynamic masks, and static masks in bins of 32.
+  index, then Parquet with static masks and with dynamic masks.
 - **dataset** rows: what a dataset's tasks do for the same instances, a shard's work and its share of the
   finishing step: `dataset.write_shard` and its receipt (the file's sha256, and the index's), then for TFRecords
   the shard read back for its report's figures (`PretrainShard`: `stats.file_stats`) in its receipt; for Parquet
@@ -43,7 +43,6 @@ VOCAB = REPO / "tests" / "fixtures" / "google-reference" / "bert-base-uncased-vo
 ROWS = {"writer: TFRecord + index": ("writer", "tfrecord", {}),
         "writer: Parquet, static": ("writer", "parquet", {}),
         "writer: Parquet, dynamic": ("writer", "parquet", {"masking": "dynamic"}),
-        "writer: Parquet, static, bins of 32": ("writer", "parquet", {"bin_size": 32}),
         "dataset: TFRecord": ("dataset", "tfrecord", {}),
         "dataset: Parquet, static": ("dataset", "parquet", {}),
         "dataset: Parquet, dynamic": ("dataset", "parquet", {"masking": "dynamic"}),
