@@ -19,9 +19,10 @@ defaults), the compiled generator and copy-out when built.
   figures counted from the rows written: `stats.FileFigures`), each file's receipt with its figures
   (`PretrainPlan`, `PretrainPart`). Static and dynamic masks, unbinned and in bins of 32.
 - `--tasks`: the same text as a corpus of sentences (a file, documents between blank lines) through
-  `PretrainText128 --num-shards 2` with the local scheduler and one worker, each layout's dataset made from the
-  same sentence shards (made once beforehand, not counted): the CPU of the whole `luigi` process and its children,
-  Luigi's and the report's fixed costs (imports, the plots) included.
+  `PretrainText128 --num-shards 2 --min-doc-chars 0` (every document kept, as in the rows above) with the local
+  scheduler and one worker, each layout's dataset made from the same sentence shards (made once beforehand, not
+  counted): the CPU of the whole `luigi` process and its children, Luigi's and the report's fixed costs (imports,
+  the plots) included.
 """
 
 from __future__ import annotations
