@@ -17,10 +17,11 @@ Per size and masking, like for like (static with `--masking`, dynamic without), 
   LDDL: `mpirun -np RANKS preprocess_bert_pretrain --schedule mpi` (dask-mpi: rank 0 the scheduler, rank 1 the
         client, the others workers: 2 workers for the 2 cores by default) on the text as LDDL's downloader lays it
         out (a document per line after its id; LDDL splits the sentences again itself, with nltk), sample ratio 1,
-        then `mpirun -np 2 balance_dask_output` into K shards per bin. K is the smallest even count from 4 up that
-        no bin's total divides by: LDDL's balancer loops forever on a bin whose total is a multiple of the shard
-        count (a larger file can never hold exactly one more than a smaller one).
-  ours: `create_pretraining_file` (dupe 5, as LDDL's; seq 128, 20 predictions) into one staged Parquet file (our
+        then `mpirun -np 2 balance_dask_output` into K shards per bin. K is the smallest count from 4 up to the
+        files of a bin (--num-blocks) that no bin's total divides by: LDDL's balancer loops forever on a bin whose
+        total is a multiple of the shard count (a larger file can never hold exactly one more than a smaller
+        one), and fails on more shards than a bin has files; when none fits, the preprocessing runs again.
+  ours: `create_pretraining_file` (dupe 5, as LDDL's; seq 128, 20 predictions) into one staged shard (our
         bins, our masking) and the finishing step (`plan_parts`, `write_part`) into the same K files per bin, in a
         fresh process, twice: the bytes compared;
         and again from LDDL's own input (a document per line) through our sentence stages first (TrainPunkt's
@@ -136,26 +137,24 @@ def timed(cmd: list, **kwargs) -> tuple[float, float]:
     return children_cpu() - cpu, time.perf_counter() - wall
 
 
-def bin_totals(folder: Path) -> dict[int, int]:
-    """Rows per bin of the Parquet files under `folder` (from their footers)."""
+def bin_totals(folder: Path) -> tuple[dict[int, int], int]:
+    """Rows per bin of the Parquet files under `folder` (from their footers), and the fewest files a bin has."""
     import pyarrow.parquet as pq
 
     totals: dict[int, int] = {}
+    files: dict[int, int] = {}
     for path in folder.rglob("*.parquet_*"):
         found = _BIN.search(path.name)
         if found:
             totals[int(found[1])] = totals.get(int(found[1]), 0) + pq.ParquetFile(path).metadata.num_rows
-    return dict(sorted(totals.items()))
+            files[int(found[1])] = files.get(int(found[1]), 0) + 1
+    return dict(sorted(totals.items())), min(files.values(), default=0)
 
 
-def shard_count(totals: dict[int, int]) -> int:
-    """The smallest even K from 4 up that no bin's total divides by (LDDL's balancer loops forever on one)."""
-    k = 4
-    while any(t % k == 0 or t < k for t in totals.values()):
-        k += 2
-        if k > 64:
-            raise SystemExit(f"no shard count for bins of {totals}")
-    return k
+def shard_count(totals: dict[int, int], files: int) -> int | None:
+    """The smallest K from 4 to `files` that no bin's total divides by, or None. LDDL's balancer loops forever on a
+    bin whose total is a multiple of K, and fails (a TypeError in its `_load`) when K passes the files of a bin."""
+    return next((k for k in range(4, files + 1) if all(t % k and t >= k for t in totals.values())), None)
 
 
 def run_lddl(args, text: Path, work: Path, masking: bool, env: dict) -> dict:
@@ -163,14 +162,20 @@ def run_lddl(args, text: Path, work: Path, masking: bool, env: dict) -> dict:
     shutil.rmtree(sink, ignore_errors=True)
     bin_ = env["LDDL_ENV"] + "/bin/"
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-    pre_cpu, pre_wall = timed(mpirun + ["-np", args.ranks, bin_ + "preprocess_bert_pretrain", "--schedule", "mpi",
-                                        "--vocab-file", VOCAB, "--wikipedia", text, "--sink", sink,
-                                        "--target-seq-length", 128, "--bin-size", args.bin_size,
-                                        "--num-blocks", args.num_blocks, "--sample-ratio", 1.0,
-                                        "--duplicate-factor", 5, "--seed", 12345]
-                              + (["--masking"] if masking else []), env=env)
-    totals = bin_totals(sink)
-    k = shard_count(totals)
+    for attempt in range(3):  # its counts differ from run to run: a run no K can balance is run again
+        shutil.rmtree(sink, ignore_errors=True)
+        pre_cpu, pre_wall = timed(mpirun + ["-np", args.ranks, bin_ + "preprocess_bert_pretrain", "--schedule",
+                                            "mpi", "--vocab-file", VOCAB, "--wikipedia", text, "--sink", sink,
+                                            "--target-seq-length", 128, "--bin-size", args.bin_size,
+                                            "--num-blocks", args.num_blocks, "--sample-ratio", 1.0,
+                                            "--duplicate-factor", 5, "--seed", 12345]
+                                  + (["--masking"] if masking else []), env=env)
+        totals, files = bin_totals(sink)
+        k = shard_count(totals, files)
+        if k is not None:
+            break
+    else:
+        raise SystemExit(f"no shard count LDDL's balancer can take for bins of {totals} in {files} files each")
     bal_cpu, bal_wall = timed(mpirun + ["-np", 2, bin_ + "balance_dask_output", "--indir", sink,
                                         "--num-shards", k], env=env)
     return {"preprocess_cpu": pre_cpu, "balance_cpu": bal_cpu, "cpu": pre_cpu + bal_cpu,
@@ -198,23 +203,24 @@ def _split_documents(wiki: Path, work: Path) -> Path:
 
 
 def _ours_child(args) -> None:
-    """In a fresh process: one staged Parquet file (or TFRecord file), then the finishing step into K files a bin;
+    """In a fresh process: one staged shard (or TFRecord file), then the finishing step into K files a bin;
     with --documents, from LDDL's input through our sentence stages first."""
     from wikiprep import layouts
     from wikiprep.instances import create_pretraining_file
     from wikiprep.options import GenerationOptions
     from wikiprep.schema import PRED, SEQ
+    from wikiprep.tokenization import Vocab
 
     params, work = json.loads(args.params), Path(args.workdir)
     layout = layouts.get(args.child).with_parameters(**params)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    staged = work / f"staged{layout.shard_suffix}"
+    staged = work / f"staged{layout.staged.shard_suffix}"
     start = time.process_time()
     text = _split_documents(Path(args.documents), work) if args.documents else Path(args.input)
     stats = create_pretraining_file([str(text)], str(VOCAB), str(staged),
                                     str(staged.with_suffix(".index")) if layout.indexed else None,
-                                    GenerationOptions(dupe_factor=5), layout=layout, overwrite=True)
+                                    GenerationOptions(dupe_factor=5), layout=layout.staged, overwrite=True)
     files, staged_cpu = [staged], time.process_time() - start
     if layout.finishing:
         dims = {SEQ: 128, PRED: 20}
@@ -224,7 +230,7 @@ def _ours_child(args) -> None:
             paths = [work / n for n in layout.part_names("wiki", part, dims)]
             for path in paths:
                 path.unlink(missing_ok=True)
-            layout.write_part(plan, part, [staged], paths, dims)
+            layout.write_part(plan, part, [staged], paths, dims, Vocab.load(VOCAB))
             files += paths
     cpu = time.process_time() - start
     digest = hashlib.sha256()

@@ -134,23 +134,8 @@ class _HashingReader(io.RawIOBase):
             what = f"{self.done} bytes, its receipt says {record.size}"
         else:
             what = f"more than the {record.size} bytes its receipt says"
-        raise Damaged(f"{record.path}: damaged since it was committed: {what}; {self._remove()}")
-
-    def _remove(self) -> str:
-        """Remove the damaged output, then its receipt, while its path is still the file read; what was done."""
-        record = self.record
-        held = os.fstat(self._file.fileno())
-        try:
-            now = os.lstat(record.path)
-        except FileNotFoundError:
-            return "removed already: run the same command again to make it again"
-        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
-            return "made again since: run the same command again"
-        remove_output(record.output)
-        remove_output(record.receipt)
-        what = "removed with its receipt" if record.output == record.path else \
-            f"removed with its folder {record.output} and that folder's receipt"
-        return f"{what}: run the same command again to make it again"
+        raise Damaged(f"{record.path}: damaged since it was committed: {what}; "
+                      f"{_remove(record, self._file.fileno())}")
 
     def finish(self) -> None:
         """Read and hash what is left, comparing at the end: Damaged when the file differs from its record."""
@@ -162,6 +147,33 @@ class _HashingReader(io.RawIOBase):
         if not self.closed:
             self._file.close()
         super().close()
+
+
+def _remove(record: Record, fd: int) -> str:
+    """Remove a damaged output, then its receipt, while its path is still the file open on `fd`; what was done."""
+    held = os.fstat(fd)
+    try:
+        now = os.lstat(record.path)
+    except FileNotFoundError:
+        return "removed already: run the same command again to make it again"
+    if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+        return "made again since: run the same command again"
+    remove_output(record.output)
+    remove_output(record.receipt)
+    what = "removed with its receipt" if record.output == record.path else \
+        f"removed with its folder {record.output} and that folder's receipt"
+    return f"{what}: run the same command again to make it again"
+
+
+def damaged(path: str | os.PathLike, fd: int, what: str) -> PrepError:
+    """The error to raise for committed file `path`, open on `fd`, that a reader found damaged by checks of its own:
+    one that reads only byte ranges of it, which the file's sha256 cannot check, and checks each record's CRC
+    instead (a finishing part reading its rows of a staged shard). Damaged, the file and its receipt removed as a
+    hashed read removes them; a PrepError naming it when it has no record (not committed by this pipeline)."""
+    record = record_of(path)
+    if record is None:
+        return PrepError(f"{path}: {what}")
+    return Damaged(f"{path}: damaged since it was committed: {what}; {_remove(record, fd)}")
 
 
 def open_committed(path: str | os.PathLike, mode: str = "rb", *, encoding: str | None = None,

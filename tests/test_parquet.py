@@ -11,15 +11,20 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import struct
 import subprocess
 import sys
+from array import array
 from pathlib import Path
 
 import pytest
 
 from fixture_paths import REFERENCE_VOCAB as VOCAB
-from wikiprep import reader
+from shardkit.atomic import receipt_path
+from testkit.reports import as_hashed
 from testkit.synthetic_dump import write_synthetic_dump
+from wikiprep import reader
 
 REPO = Path(__file__).resolve().parents[1]
 LUIGI = str(Path(sys.executable).with_name("luigi"))
@@ -50,7 +55,7 @@ def made(tmp_path_factory) -> dict:
         assert r.returncode == 0, r.stderr[-3000:]
     r = pretrain(root / "site", root / "one", *RUNS[BINNED], workers=1)
     assert r.returncode == 0, r.stderr[-3000:]
-    return {"data": root / "data" / WORK, "one": root / "one" / WORK}
+    return {"site": root / "site", "data": root / "data" / WORK, "one": root / "one" / WORK}
 
 
 def lddl():
@@ -124,24 +129,27 @@ def test_the_folder_is_ldddls_binned_balanced_layout(made):
     assert [f.name for f in dynamic] == ["A", "B", "is_random_next", "num_tokens"]
 
 
-def test_only_the_positions_are_compressed_and_every_page_has_a_checksum(made):
+def test_only_the_positions_are_compressed_and_a_flipped_byte_is_found_by_verify(made, tmp_path):
     """The pinned writer (parquet.WRITER, COMPRESSED; performance.md says why): snappy for masked_lm_positions, whose
-    rows repeat np.save's header, the text columns uncompressed; the pages checksummed, read back verified."""
+    rows repeat np.save's header, the text columns uncompressed, no page checksums (as LDDL writes them). A byte
+    flipped in a data page is found by `wikiprep verify`, against MANIFEST.json's sha256."""
     import pyarrow.parquet as pq
 
-    for path in [made["data"] / BINNED / "wiki_00003.parquet_1", made["data"] / DYNAMIC / "wiki_00000.parquet",
-                 *(made["data"] / "staged" / BINNED).glob("*.parquet")]:
+    for path in [made["data"] / BINNED / "wiki_00003.parquet_1", made["data"] / DYNAMIC / "wiki_00000.parquet"]:
         meta = pq.ParquetFile(path).metadata
         for g in range(meta.num_row_groups):
             codecs = {meta.row_group(g).column(c).path_in_schema: meta.row_group(g).column(c).compression
                       for c in range(meta.num_columns)}
             assert codecs == {name: "SNAPPY" if name == "masked_lm_positions" else "UNCOMPRESSED" for name in codecs}
-    damaged = tmp_copy = made["data"].parent / "damaged.parquet"
-    data = bytearray((made["data"] / DYNAMIC / "wiki_00000.parquet").read_bytes())
+    shutil.copytree(made["data"] / DYNAMIC, tmp_path / DYNAMIC)
+    damaged = tmp_path / DYNAMIC / "wiki_00000.parquet"
+    data = bytearray(damaged.read_bytes())
     data[200] ^= 0xFF  # inside the first data page of column A
-    tmp_copy.write_bytes(bytes(data))
-    with pytest.raises(OSError, match="CRC"):
-        pq.ParquetFile(damaged, page_checksum_verification=True).read()
+    damaged.write_bytes(bytes(data))
+    r = subprocess.run([str(Path(sys.executable).with_name("wikiprep")), "verify", str(tmp_path / DYNAMIC)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == f"wikiprep: error: {damaged}: checksum differs from MANIFEST.json"
 
 
 def test_lddls_loader_gives_every_promised_sample_with_the_tfrecord_tokens_and_masks(made):
@@ -177,6 +185,46 @@ def test_with_dynamic_masking_lddls_loader_masks_the_unmasked_pairs_itself(made)
                 masked += 1
         assert tuple(restored) in originals
     assert 0.10 < masked / sum(len(s["input_ids"]) for s in samples) < 0.20
+
+
+def test_each_task_report_is_what_wikiprep_stats_writes(made, tmp_path):
+    """A finishing part counts its files' figures from the rows as it writes them (stats.FileFigures), where a
+    TFRecord shard is read back: the report is still the bytes `wikiprep stats` writes reading every instance of
+    the files, but for the line that says how the manifest was checked (testkit.reports.as_hashed)."""
+    for name in (BINNED, DYNAMIC):
+        out = tmp_path / name
+        r = subprocess.run([str(Path(sys.executable).with_name("wikiprep")), "stats", name, "--out", str(out)],
+                           cwd=made["data"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert as_hashed(made["data"] / name / "report") == {p.name: p.read_bytes() for p in out.iterdir()}, name
+
+
+def test_a_damaged_staged_shard_is_named_removed_and_made_again(made, tmp_path):
+    """A staged shard is read in ranges, each row checked against its CRC (its sha256 is the whole file's): a row
+    flipped there fails the part that reads it with one line naming the shard, which it removes with its receipt;
+    the same command again makes the shard again, then the part, and the dataset is byte-identical."""
+    shutil.copytree(made["one"].parent, tmp_path / "one")
+    work = tmp_path / "one" / WORK
+    before, staged = tree(work / BINNED), work / "staged" / BINNED
+    shard, first, _ = json.loads((staged / "parts.json").read_text())["parts"][3][0][0]  # part 3's first run, bin 0
+    path = staged / f"wiki_{shard:05d}.rows"
+    raw = bytearray(path.read_bytes())
+    intact = bytes(raw)
+    marks_at = struct.unpack_from("<Q", raw, len(raw) - 12)[0]  # the closing framed uint64's payload
+    marks = array("q", raw[marks_at + 12:len(raw) - 28])  # the framed marks before it
+    raw[marks[first // 4096] + 20] ^= 1  # in the first row of the block that holds the run's first row (bin 0's)
+    path.write_bytes(bytes(raw))
+    for part in (work / BINNED).glob("wiki_00003.parquet_*"):
+        part.unlink()
+    r = pretrain(made["site"], tmp_path / "one", *RUNS[BINNED], workers=1)
+    assert r.returncode != 0
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"wikiprep: error: {path}: damaged since it was committed: rows ") and \
+        "a row whose checksum does not match; removed with its receipt" in line, r.stderr[-3000:]
+    assert not path.exists() and not receipt_path(path).exists()
+    r = pretrain(made["site"], tmp_path / "one", *RUNS[BINNED], workers=1)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert path.read_bytes() == intact and tree(work / BINNED) == before
 
 
 def _ranks(rank: int, world: int, folder: str, init: str, out: str) -> None:
@@ -252,8 +300,6 @@ def test_verify_inspect_and_a_broken_balance(made, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "[CLS]" in r.stdout and "masked:" in r.stdout, r.stderr
     # A file of a bin moved to another bin: the loader's assertions would fail; verify says so first.
-    import shutil
-
     broken = tmp_path / "broken"
     shutil.copytree(made["data"] / BINNED, broken)
     (broken / "MANIFEST.json").unlink()

@@ -166,7 +166,8 @@ def test_both_paths_agree_on_hdf5(monkeypatch, tmp_path, name):
 
 
 def _long_words(path: Path) -> Path:
-    """Words whose WordPiece token and its space pass the compiled text rows' 16-byte slot (TEXT_SLOT)."""
+    """Words whose WordPiece token is 16 bytes or longer: `row_columns` copies a shorter token's text 16 bytes at
+    a time, a longer one byte by byte."""
     path.write_text("Telecommunications and interdisciplinary responsibilities are unconstitutional.\n"
                     "A telecommunication line, interdisciplinary again.\n\n"
                     "Another document.\nWith telecommunications.\n", encoding="utf-8")
@@ -177,60 +178,112 @@ def _long_words(path: Path) -> Path:
 @pytest.mark.parametrize("params", [{}, {"masking": "dynamic"}, {"bin_size": 16}], ids=["static", "dynamic", "bin16"])
 @pytest.mark.parametrize("name", ["whole_word_128", "short_always_64", "no_masks"])
 def test_both_paths_agree_on_parquet(monkeypatch, tmp_path, name, params):
-    """LDDL's Parquet: text rows from the compiled generator or `TextRows`, columns from `text_columns` in C or Python,
-    the same files; the long tokens (a slot's fallback) come out whole."""
+    """LDDL's Parquet: framed rows from the compiled generator or `InstanceRows`, columns from `row_columns` in C or
+    Python, the same files; the long tokens come out whole. A dataset's staged shards too (the rows grouped by bin,
+    their marks), and the files a finishing part writes from them, with the figures it counts."""
     import pyarrow.parquet as pq
 
+    from wikiprep.schema import PRED, SEQ
+    from wikiprep.stats import FileFigures
+
+    layout = layouts.get("parquet").with_parameters(**params)
     inputs = [SAMPLE, _odd_input(tmp_path / "odd.txt"), _long_words(tmp_path / "long.txt")]
-    files = _both(monkeypatch, tmp_path, inputs, VOCAB, Opts(**OPTION_SETS[name]), names=["a.parquet", "b.parquet"],
-                  indexed=False, layout=layouts.get("parquet").with_parameters(**params))
+    opts = Opts(**OPTION_SETS[name])
+    files = _both(monkeypatch, tmp_path, inputs, VOCAB, opts, names=["a.parquet", "b.parquet"], indexed=False,
+                  layout=layout)
     words = set()
     for file in files:
         table = pq.read_table(tmp_path / "compiled" / file)
         for column in {"A", "B", "masked_lm_labels"} & set(table.column_names):
             words.update(w for text in table.column(column).to_pylist() for w in text.split(" "))
     assert {"telecommunications", "interdisciplinary", "unconstitutional"} <= words
+    _both(monkeypatch, tmp_path / "staged", inputs, VOCAB, opts, names=["a.rows", "b.rows"], indexed=False,
+          layout=layout.staged)
+    dims, vocab = {SEQ: opts.max_seq_length, PRED: opts.max_predictions_per_seq}, Vocab.load(VOCAB)
+    staged = [tmp_path / "staged" / "compiled" / n for n in ("a.rows", "b.rows")]
+    stats = [json.loads(json.dumps(write_pretraining_files([str(p) for p in inputs], str(VOCAB), [p], None, opts,
+                                                           layout=layout.staged, overwrite=True)))
+             for p in staged]  # the same files again: their stats, as the receipts hold them
+    plan = layout.plan_parts(stats, dims, 2)
+    written = {}
+    for pure in (True, False):
+        monkeypatch.setenv(speedups.PURE_PYTHON_ENV, "1") if pure else monkeypatch.delenv(speedups.PURE_PYTHON_ENV,
+                                                                                          raising=False)
+        folder = tmp_path / f"parts-{pure}"
+        folder.mkdir()
+        for part in range(2):
+            paths = [folder / n for n in layout.part_names("wiki", part, dims)]
+            figures = [FileFigures(dims, vocab, p) for p in paths]
+            layout.write_part(plan, part, staged, paths, dims, vocab, observe=lambda i, b: figures[i].add(b))
+            written.update({(pure, p.name): (p.read_bytes(), json.dumps(f.result())) for p, f in zip(paths, figures)})
+    monkeypatch.undo()
+    assert {k[1]: v for k, v in written.items() if k[0]} == {k[1]: v for k, v in written.items() if not k[0]}
 
 
-def test_text_columns_in_c_and_python_agree_and_refuse_a_row_cut_short():
-    from wikiprep.layouts.parquet import TextRows, npy_headers, text_columns
+def _framed_rows(rows: list[tuple]) -> bytes:
+    """(tokens, len_a, positions, labels, random next) rows as the generator spills them for Parquet: `InstanceRows`
+    rows framed as TFRecords."""
+    from shardkit.records import frame_record
+    from wikiprep.layouts.hdf5 import InstanceRows
+
+    table = instances.varint_table(40000)
+    encode = InstanceRows(128, 20).encode
+    return b"".join(frame_record(encode([table[t] for t in tokens], len_a, len(tokens) - len_a - 3, positions,
+                                        [table[t] for t in labels], is_random))
+                    for tokens, len_a, positions, labels, is_random in rows)
+
+
+def test_row_columns_in_c_and_python_agree_and_refuse_a_damaged_row():
+    from wikiprep.layouts.parquet import BATCH_ARRAYS, npy_headers, row_columns, token_text
 
     vocab = Vocab.load(VOCAB)
-    table = instances.varint_table(vocab.size)
-    cls, sep = table[vocab.cls_id], table[vocab.sep_id]
-    the, tele, city, s, mask, river = (table[vocab.ids[w]] for w in
-                                       ["the", "telecommunications", "city", "##s", "[MASK]", "river"])
-    rows = [([the, tele], [city, s, mask, river], [1, 4], [city, river], True),  # (A, B, positions, labels, random)
-            ([tele], [s], [3], [the], False),
-            ([the, tele, city], [s, mask, river], [], [], True)]
-    headers = npy_headers(20)
-    expected = {  # unmasked: A and B before masking, no mask columns
-        False: ([b"the telecommunications", b"telecommunications", b"the telecommunications city"],
-                [b"city ##s [MASK] river", b"##s", b"##s [MASK] river"]),
-        True: ([b"city telecommunications", b"telecommunications", b"the telecommunications city"],
-               [b"river ##s [MASK] river", b"the", b"##s [MASK] river"])}
-    for unmasked in (False, True):
-        encoder = TextRows(vocab, unmasked=unmasked)
-        data = b"".join(encoder.encode([cls, *a, sep, *b, sep], len(a), len(b), positions, labels, is_random)
-                        for a, b, positions, labels, is_random in rows)
-        splits = [text_columns] + ([speedups.compiled().text_columns] if speedups.built() else [])
-        got = [split(data, len(rows), *headers, not unmasked) for split in splits]
+    cls, sep, the, tele, city, s, mask, river = (vocab.ids[w] for w in ["[CLS]", "[SEP]", "the", "telecommunications",
+                                                                         "city", "##s", "[MASK]", "river"])
+    rows = [([cls, the, tele, sep, city, s, mask, river, sep], 2, [1, 4], [city, river], True),
+            ([cls, tele, sep, s, sep], 1, [3], [the], False),
+            ([cls, the, tele, city, sep, s, mask, river, sep], 3, [], [], True)]
+    data, text, headers = _framed_rows(rows), token_text(vocab), npy_headers(20)
+    expected = {  # masks: A and B as they are (after masking), and the mask columns; without, unmasked
+        True: ([b"the telecommunications", b"telecommunications", b"the telecommunications city"],
+               [b"city ##s [MASK] river", b"##s", b"##s [MASK] river"]),
+        False: ([b"city telecommunications", b"telecommunications", b"the telecommunications city"],
+                [b"river ##s [MASK] river", b"the", b"##s [MASK] river"])}
+    splits = [row_columns] + ([speedups.compiled().row_columns] if speedups.built() else [])
+    for masks in (True, False):
+        got = [split(data, 0, 3, *text, *headers, masks, (10, 4)) for split in splits]
         assert all(g == got[0] for g in got)
-        assert len(got[0]) == (6 if unmasked else 10)
-        num_tokens, random_next = got[0][:2]
-        assert array("H", num_tokens).tolist() == [9, 5, 9] and random_next == bytes([0b101])
-        for (ends, text), want in zip([got[0][2:4], got[0][4:6]], expected[unmasked]):
+        columns, arrays = got[0]
+        assert len(columns) == (10 if masks else 6)
+        assert array("H", columns[0]).tolist() == [9, 5, 9] and columns[1] == bytes([0b101])
+        for (ends, joined), want in zip([columns[2:4], columns[4:6]], expected[masks]):
             ends = array("i", ends).tolist()
-            assert [text[i:j] for i, j in zip(ends, ends[1:])] == want
-        if not unmasked:
+            assert [joined[i:j] for i, j in zip(ends, ends[1:])] == want
+        if masks:
             header_of = {m: headers[0][headers[1][m - 1] if m else 0:headers[1][m]] for m in (0, 1, 2)}
-            assert got[0][7] == b"".join(header_of[len(p)] + array("H", p).tobytes() for p in ([1, 4], [3], []))
-            assert got[0][9] == b"city river" + b"the"
-        for split in splits:
-            with pytest.raises(ValueError, match="cut short"):
-                split(data[:-1], len(rows), *headers, not unmasked)
-            with pytest.raises(ValueError, match="3 rows, expected 4"):
-                split(data, 4, *headers, not unmasked)
+            assert columns[7] == b"".join(header_of[len(p)] + array("H", p).tobytes() for p in ([1, 4], [3], []))
+            assert columns[9] == b"city river" + b"the"
+        batch = dict(zip(BATCH_ARRAYS, arrays))
+        assert array("q", batch["input_ids"])[10:20].tolist() == (
+            [cls, tele, sep, s, sep] if masks else [cls, tele, sep, the, sep]) + [0] * 5
+        assert array("q", batch["input_mask"])[10:20].tolist() == [1] * 5 + [0] * 5
+        assert array("q", batch["segment_ids"])[10:20].tolist() == [0, 0, 0, 1, 1] + [0] * 5
+        assert array("q", batch["masked_lm_positions"])[:4].tolist() == ([1, 4, 0, 0] if masks else [0] * 4)
+        assert array("q", batch["masked_lm_ids"])[:4].tolist() == ([city, river, 0, 0] if masks else [0] * 4)
+        assert array("f", batch["masked_lm_weights"])[:4].tolist() == ([1.0, 1.0, 0, 0] if masks else [0] * 4)
+        assert array("q", batch["next_sentence_labels"]).tolist() == [1, 0, 1]
+        # Rows 1 and 2 alone: the row before them passed, their columns as in the whole block's.
+        assert all(split(data, 1, 2, *text, *headers, masks) == split(data[len(_framed_rows(rows[:1])):], 0, 2, *text,
+                                                                      *headers, masks) for split in splits)
+    flipped = bytearray(data)
+    flipped[30] ^= 1  # inside the first row's payload
+    beyond = _framed_rows([([cls, 39999, sep, s, sep], 1, [], [], False)])  # an id past the vocabulary
+    for split in splits:
+        for bad, what in [(data[:-1], "cut short"), (data, "cut short"), (bytes(flipped), "checksum does not match"),
+                          (beyond, "vocabulary")]:
+            with pytest.raises(ValueError, match=what):
+                split(bad, 0, 4 if bad is data else 1 if bad is beyond else 3, *text, *headers, True)
+        with pytest.raises(ValueError, match="longer than the batch"):
+            split(data, 0, 3, *text, *headers, True, (8, 4))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,11 +5,12 @@
  *
  *   Generator      instances.generate + the layout's encoder (+ frame_record): google-research/bert's
  *                  pairing and masking loop, driven by a copy of a random.Random's Mersenne Twister state,
- *                  writing finished records (standard or remask TFRecords, framed), HDF5 rows or Parquet's
- *                  text rows in bulk.
+ *                  writing finished records (standard or remask TFRecords, framed) or rows (HDF5's, and
+ *                  LDDL's Parquet's, framed) in bulk.
  *   shuffle        random.Random.shuffle of an int64 array, on such a state.
  *   copy_shuffled  the copy-out: spilled framed records in shuffled order, with their index lines, in blocks.
- *   text_columns   parquet.text_columns: a block of text rows as the Arrow buffers of LDDL's columns.
+ *   row_columns    parquet.row_columns: framed rows as the Arrow buffers of LDDL's columns (tokens as text), and
+ *                  as the standard layout's arrays (a finishing part's figures).
  *   LineTokenizer  instances._tokenize_lines: read_corpus's loop over lines (document breaks, sentences) with
  *                  the tokenizer's chunk ids from a table here; a printable-ASCII chunk missing from it is
  *                  computed here (FullTokenizer._chunk_ids), the others go back to FullTokenizer.
@@ -245,10 +246,9 @@ static inline char *entry_head(char *p, const char *name, size_t name_len, size_
  * The generator */
 
 /* The encoders here, by the code a layout gives (wikiprep.layouts: Layout.compiled_code; a layout without one
- * is never written here). Rows are the spilled form of the layouts written in columns (HDF5); text rows that
- * of LDDL's Parquet, whose tokens are text. */
-enum { LAYOUT_STANDARD = 0, LAYOUT_REMASK = 1, LAYOUT_ROWS = 2, LAYOUT_TEXT = 3 };
-#define TEXT_SLOT 16 /* a token's text and its space, when they fit, in a slot of this many bytes per vocab id */
+ * is never written here). Rows are the spilled form of the layouts written in columns (HDF5, and framed, LDDL's
+ * Parquet). */
+enum { LAYOUT_STANDARD = 0, LAYOUT_REMASK = 1, LAYOUT_ROWS = 2 };
 
 typedef struct {
     PyObject_HEAD
@@ -272,13 +272,6 @@ typedef struct {
     unsigned char *is_masked;
     uint32_t *vcode; /* per vocab id: its varint's bytes (ids below 2**28: at most 4), zero-padded to 4 */
     unsigned char *vsize; /* and their count */
-    /* LAYOUT_TEXT: per vocab id its text and a space (tlen bytes), in a TEXT_SLOT when they fit, else at tstart in
-     * text; unmasked: A and B written before masking (no masks) */
-    char *ttext, *text;
-    int64_t *tstart;
-    uint32_t *tlen;
-    size_t max_tlen;
-    int unmasked;
     Buf out, ends;
 } Generator;
 
@@ -320,63 +313,9 @@ static void generator_dealloc(Generator *g) {
     PyMem_Free(g->is_masked);
     PyMem_Free(g->vcode);
     PyMem_Free(g->vsize);
-    PyMem_Free(g->ttext);
-    PyMem_Free(g->text);
-    PyMem_Free(g->tstart);
-    PyMem_Free(g->tlen);
     buf_free(&g->out);
     buf_free(&g->ends);
     Py_TYPE(g)->tp_free((PyObject *)g);
-}
-
-/* The text of every vocab id (token_text: their UTF-8 bytes one after another, token id i's ending at
- * token_ends[i], int64s) as the text rows write it: a TEXT_SLOT each, or a copy of them all for longer ones. */
-static int text_tables(Generator *g, PyObject *token_text, PyObject *token_ends, Py_ssize_t n_vocab) {
-    Py_buffer text, ends;
-    if (PyObject_GetBuffer(token_text, &text, PyBUF_C_CONTIGUOUS) < 0)
-        return -1;
-    if (get_buffer(token_ends, &ends, 8, 0, "token_ends") < 0) {
-        PyBuffer_Release(&text);
-        return -1;
-    }
-    const int64_t *E = ends.buf;
-    int rc = -1;
-    if (ends.len / 8 != n_vocab) {
-        PyErr_SetString(PyExc_ValueError, "token_ends: one end per vocab id (continuation's length)");
-        goto done;
-    }
-    for (Py_ssize_t id = 0; id < n_vocab; id++)
-        if (E[id] < (id ? E[id - 1] : 0) || E[id] > text.len) {
-            PyErr_SetString(PyExc_ValueError, "token_ends: rising within token_text");
-            goto done;
-        }
-    g->ttext = PyMem_Calloc((size_t)n_vocab, TEXT_SLOT);
-    g->text = PyMem_Malloc((size_t)text.len + 1);
-    g->tstart = PyMem_Malloc((size_t)n_vocab * 8);
-    g->tlen = PyMem_Malloc((size_t)n_vocab * 4);
-    if (!g->ttext || !g->text || !g->tstart || !g->tlen) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    memcpy(g->text, text.buf, (size_t)text.len);
-    g->max_tlen = TEXT_SLOT;
-    for (Py_ssize_t id = 0; id < n_vocab; id++) {
-        int64_t start = id ? E[id - 1] : 0;
-        size_t len = (size_t)(E[id] - start);
-        g->tstart[id] = start;
-        g->tlen[id] = (uint32_t)(len + 1);
-        if (len + 1 <= TEXT_SLOT) {
-            memcpy(g->ttext + TEXT_SLOT * id, g->text + start, len);
-            g->ttext[TEXT_SLOT * id + len] = ' ';
-        }
-        if (len + 1 > g->max_tlen)
-            g->max_tlen = len + 1;
-    }
-    rc = 0;
-done:
-    PyBuffer_Release(&text);
-    PyBuffer_Release(&ends);
-    return rc;
 }
 
 static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
@@ -384,11 +323,9 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
                              "max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob",
                              "dupe_factor", "fixed_mask_count", "do_whole_word_mask", "cls_id", "sep_id",
                              "mask_id", "replacements", "continuation", "lengths", "masked", "random_next",
-                             "framed", "pad_position", "misfit_error", "doc_source", "source_instances",
-                             "token_text", "token_ends", "unmasked", NULL};
+                             "framed", "pad_position", "misfit_error", "doc_source", "source_instances", NULL};
     PyObject *tokens, *starts, *doc_first, *doc_len, *state, *replacements, *continuation, *lengths, *masked;
     PyObject *random_next, *misfit_error, *doc_source = Py_None, *source_instances = Py_None;
-    PyObject *token_text = NULL, *token_ends = NULL;
     const char *pad_position;
     Py_ssize_t pad_position_len;
     int cls, sep, mask;
@@ -396,23 +333,19 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "Generator is initialized once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOinnddnppiiiOOOOOpy#O|$OOOOp:Generator", kwlist, &tokens,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOinnddnppiiiOOOOOpy#O|$OO:Generator", kwlist, &tokens,
                                      &starts, &doc_first, &doc_len, &state, &g->layout, &g->seq, &g->max_pred,
                                      &g->mlm_prob, &g->short_prob, &g->dupe, &g->fixed, &g->whole_word, &cls, &sep,
                                      &mask, &replacements, &continuation, &lengths, &masked, &random_next,
                                      &g->framed, &pad_position, &pad_position_len, &misfit_error, &doc_source,
-                                     &source_instances, &token_text, &token_ends, &g->unmasked))
+                                     &source_instances))
         return -1;
     if ((doc_source == Py_None) != (source_instances == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "Generator: doc_source and source_instances go together");
         return -1;
     }
-    if (g->layout < LAYOUT_STANDARD || g->layout > LAYOUT_TEXT) {
-        PyErr_SetString(PyExc_ValueError, "layout: 0 standard, 1 remask, 2 rows, 3 text rows");
-        return -1;
-    }
-    if ((g->layout == LAYOUT_TEXT) != (token_text != NULL && token_ends != NULL)) {
-        PyErr_SetString(PyExc_ValueError, "token_text and token_ends: given for text rows (layout 3) only");
+    if (g->layout < LAYOUT_STANDARD || g->layout > LAYOUT_ROWS) {
+        PyErr_SetString(PyExc_ValueError, "layout: 0 standard, 1 remask, 2 rows");
         return -1;
     }
     if (g->seq < 5 || g->seq > INT32_MAX || g->max_pred < 0 || g->max_pred > INT32_MAX || g->dupe < 1) {
@@ -515,8 +448,6 @@ static int generator_init(Generator *g, PyObject *args, PyObject *kwargs) {
         g->vsize[id] = (unsigned char)(vput(code, (uint64_t)id) - code);
         memcpy(&g->vcode[id], code, 4);
     }
-    if (g->layout == LAYOUT_TEXT && text_tables(g, token_text, token_ends, n_vocab) < 0)
-        return -1;
     Py_INCREF(misfit_error);
     g->misfit_error = misfit_error;
     size_t n = (size_t)g->seq + 1;
@@ -717,53 +648,6 @@ static Py_ssize_t row(Generator *g, Py_ssize_t n, Py_ssize_t len_a, Py_ssize_t m
     return p - start;
 }
 
-/* Tokens as text, a space between two (the slot's 16 bytes stored: the buffer has room); p when n is 0. */
-static inline char *put_text(const Generator *g, char *p, const int32_t *ids, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int32_t id = ids[i];
-        size_t len = g->tlen[id];
-        if (len <= TEXT_SLOT) {
-            memcpy(p, g->ttext + TEXT_SLOT * (size_t)id, TEXT_SLOT);
-        } else {
-            memcpy(p, g->text + g->tstart[id], len - 1);
-            p[len - 1] = ' ';
-        }
-        p += len;
-    }
-    return n ? p - 1 : p;
-}
-
-/* parquet.TextRows.encode: head <6i (n, random next, bytes of A, bytes of B, m, bytes of the masked tokens' text),
- * A's and B's tokens as text (space-joined), the positions as uint16s, then the original masked tokens as text.
- * Unmasked (dynamic masking): A and B as before masking, and no masks (m 0). */
-static Py_ssize_t text_row(Generator *g, Py_ssize_t n, Py_ssize_t len_a, Py_ssize_t m, int is_random) {
-    int32_t *tok = g->tok;
-    if (g->unmasked) { /* g->tok is rebuilt for every instance: put the original tokens back */
-        for (Py_ssize_t k = 0; k < m; k++)
-            tok[g->positions[k]] = g->labels[k];
-        m = 0;
-    }
-    Py_ssize_t len_b = n - len_a - 3;
-    char *p = record_room(g, 24 + (size_t)(n + m) * g->max_tlen + 2 * (size_t)m + TEXT_SLOT), *start = p;
-    if (p == NULL)
-        return -1;
-    char *a = p + 24, *b = put_text(g, a, tok + 1, len_a), *end_b = put_text(g, b, tok + len_a + 2, len_b);
-    p = end_b;
-    for (Py_ssize_t k = 0; k < m; k++) {
-        *p++ = (char)(g->positions[k] & 0xff);
-        *p++ = (char)(g->positions[k] >> 8);
-    }
-    char *labels = p;
-    p = put_text(g, p, g->labels, m);
-    put_le32(start, (uint32_t)n);
-    put_le32(start + 4, (uint32_t)(is_random ? 1 : 0));
-    put_le32(start + 8, (uint32_t)(b - a));
-    put_le32(start + 12, (uint32_t)(end_b - b));
-    put_le32(start + 16, (uint32_t)m);
-    put_le32(start + 20, (uint32_t)(p - labels));
-    return p - start;
-}
-
 static inline int is_continuation(const Generator *g, int32_t id) {
     return id < g->n_continuation && ((const unsigned char *)g->continuation.buf)[id];
 }
@@ -858,8 +742,7 @@ static int emit_instance(Generator *g, Py_ssize_t n, Py_ssize_t len_a, int is_ra
     }
     Py_ssize_t size = g->layout == LAYOUT_STANDARD ? standard_record(g, n, len_a, m, is_random)
                       : g->layout == LAYOUT_REMASK ? remask_record(g, n, len_a, m, is_random)
-                      : g->layout == LAYOUT_ROWS   ? row(g, n, len_a, m, is_random)
-                                                   : text_row(g, n, len_a, m, is_random);
+                                                   : row(g, n, len_a, m, is_random);
     if (size < 0 || buf_reserve(&g->ends, 8) < 0)
         return -1;
     char *p = g->out.data + g->out.len;
@@ -1336,137 +1219,358 @@ static inline uint32_t get_le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* A string column being filled: int32 offsets and the values' bytes (Arrow's buffers). */
-typedef struct {
-    PyObject *offsets, *data;
-    int32_t *off;
-    char *at;
-    size_t size;
-} Column;
+static inline uint64_t get_le64(const unsigned char *p) {
+    return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
 
-static int column_new(Column *c, Py_ssize_t rows) {
-    if (c->size > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "text_columns: a column of over 2 GiB (Arrow's int32 offsets)");
+/* ------------------------------------------------------------------------------------------------
+ * Framed rows read back: hdf5.InstanceRows' rows, each framed as a TFRecord (LDDL's Parquet spills them, and a
+ * dataset's staged shards hold them), as parquet.row_columns reads them. */
+
+typedef struct {
+    uint32_t n, len_a, m, is_random;
+    const unsigned char *positions, *ids, *labels; /* m int32s; the n token ids and the m masked ids, as varints */
+    size_t ids_len, labels_len;
+} FramedRow;
+
+/* The framed row at D[*at] (total bytes): its frame's two CRCs and its head's sizes checked, *at moved past it.
+ * -1 with ValueError when it is cut short, fails a CRC or does not hold what its head says. */
+static int next_row(const unsigned char *D, size_t total, size_t *at, FramedRow *r) {
+    const unsigned char *f = D + *at;
+    size_t left = total - *at;
+    if (left < 16 || get_le64(f) > left - 16) {
+        PyErr_SetString(PyExc_ValueError, "rows: a row cut short");
         return -1;
     }
-    c->offsets = PyBytes_FromStringAndSize(NULL, 4 * (rows + 1));
-    c->data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)c->size);
-    if (c->offsets == NULL || c->data == NULL)
+    size_t length = (size_t)get_le64(f);
+    const unsigned char *p = f + 12;
+    if (masked_crc(f, 8) != get_le32(f + 8) || masked_crc(p, length) != get_le32(p + length)) {
+        PyErr_SetString(PyExc_ValueError, "rows: a row whose checksum does not match");
         return -1;
-    c->off = (int32_t *)PyBytes_AS_STRING(c->offsets);
-    c->at = PyBytes_AS_STRING(c->data);
-    c->off[0] = 0;
+    }
+    if (length < 24)
+        goto misfit;
+    r->n = get_le32(p);
+    r->len_a = get_le32(p + 4);
+    r->m = get_le32(p + 8);
+    r->is_random = get_le32(p + 12);
+    r->ids_len = get_le32(p + 16);
+    r->labels_len = get_le32(p + 20);
+    if (r->is_random > 1 || r->m > r->n || (uint64_t)r->len_a + 3 > r->n ||
+        24 + 4 * (uint64_t)r->m + r->ids_len + r->labels_len != length)
+        goto misfit;
+    r->positions = p + 24;
+    r->ids = r->positions + 4 * (size_t)r->m;
+    r->labels = r->ids + r->ids_len;
+    *at += 16 + length;
+    return 0;
+misfit:
+    PyErr_SetString(PyExc_ValueError, "rows: a row that does not hold what its head says");
+    return -1;
+}
+
+/* Exactly k varints of p[0:len], each below `limit`, into out; -1 with ValueError else. */
+static int get_ids(const unsigned char *p, size_t len, int32_t *out, uint32_t k, uint64_t limit) {
+    size_t i = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        uint64_t v = 0;
+        int shift = 0;
+        do {
+            if (i == len || shift > 28)
+                goto misfit;
+            v |= (uint64_t)(p[i] & 0x7f) << shift;
+            shift += 7;
+        } while (p[i++] & 0x80);
+        if (v >= limit)
+            goto misfit;
+        out[j] = (int32_t)v;
+    }
+    if (i == len)
+        return 0;
+misfit:
+    PyErr_SetString(PyExc_ValueError, "rows: token ids that do not match the row's head or the vocabulary");
+    return -1;
+}
+
+/* A row's ids, positions and masked ids decoded (tok: n, pos and lab: m), the positions checked below n; with
+ * `unmask`, the masked ids put back at their positions. The scratch (one allocation: tok, pos, lab) grows to the
+ * largest row. */
+typedef struct {
+    int32_t *tok, *pos, *lab;
+    uint32_t cap;
+} Scratch;
+
+static int decode_row(const FramedRow *r, Scratch *s, uint64_t limit, int unmask) {
+    if (r->n > s->cap) {
+        int32_t *all = PyMem_Realloc(s->tok, 12 * (size_t)r->n);
+        if (all == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        s->tok = all;
+        s->pos = all + r->n;
+        s->lab = all + 2 * (size_t)r->n;
+        s->cap = r->n;
+    }
+    if (get_ids(r->ids, r->ids_len, s->tok, r->n, limit) < 0 ||
+        get_ids(r->labels, r->labels_len, s->lab, r->m, limit) < 0)
+        return -1;
+    for (uint32_t k = 0; k < r->m; k++) {
+        uint32_t q = get_le32(r->positions + 4 * k);
+        if (q >= r->n) {
+            PyErr_SetString(PyExc_ValueError, "rows: a masked position past the row's tokens");
+            return -1;
+        }
+        s->pos[k] = (int32_t)q;
+        if (unmask)
+            s->tok[q] = s->lab[k];
+    }
     return 0;
 }
 
-static inline void column_put(Column *c, Py_ssize_t row, const void *p, size_t n) {
-    memcpy(c->at, p, n);
-    c->at += n;
-    c->off[row + 1] = c->off[row] + (int32_t)n;
+/* Where row `first` of the framed rows in D starts (the rows before it checked as they are passed); -1 else. */
+static int skip_rows(const unsigned char *D, size_t total, size_t *at, Py_ssize_t first) {
+    FramedRow row;
+    for (Py_ssize_t k = 0; k < first; k++)
+        if (next_row(D, total, at, &row) < 0)
+            return -1;
+    return 0;
 }
 
-static PyObject *text_columns(PyObject *Py_UNUSED(module), PyObject *args) {
-    Py_buffer data, headers, header_ends;
-    Py_ssize_t count;
-    int masks;
-    PyObject *ends_obj, *result = NULL, *num_tokens = NULL, *random_next = NULL;
-    if (!PyArg_ParseTuple(args, "y*ny*Op:text_columns", &data, &count, &headers, &ends_obj, &masks))
-        return NULL;
-    Column col[4] = {{0}}; /* A, B, masked_lm_positions, masked_lm_labels */
-    int n_cols = masks ? 4 : 2;
-    if (get_buffer(ends_obj, &header_ends, 8, 0, "header_ends") < 0) {
-        PyBuffer_Release(&data);
-        PyBuffer_Release(&headers);
-        return NULL;
+/* A string column being filled: its int32 offsets and its bytes (Arrow's buffers). */
+typedef struct {
+    Buf offsets, data;
+} Column;
+
+static int column_end(Column *c) {
+    if (c->data.len > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "row_columns: a column of over 2 GiB (Arrow's int32 offsets)");
+        return -1;
     }
-    const unsigned char *D = data.buf;
-    const int64_t *HE = header_ends.buf;
-    Py_ssize_t n_headers = header_ends.len / 8, rows = 0;
-    size_t at = 0, total = (size_t)data.len;
+    int32_t end = (int32_t)c->data.len;
+    return buf_append(&c->offsets, &end, 4);
+}
+
+/* Tokens as text, a space between two: each token's bytes from text[start:end] (ends: int64s), 16 bytes copied at
+ * once where the token is shorter and both buffers hold them (the extra bytes are overwritten or past the end). */
+static int put_text(Column *c, const int32_t *ids, uint32_t k, const char *text, size_t text_len, const int64_t *E,
+                    size_t longest) {
+    if (buf_reserve(&c->data, (size_t)k * (longest + 1) + 16) < 0)
+        return -1;
+    char *p = c->data.data + c->data.len;
+    for (uint32_t i = 0; i < k; i++) {
+        int32_t id = ids[i];
+        size_t start = (size_t)(id ? E[id - 1] : 0), len = (size_t)E[id] - start;
+        if (len < 16 && start + 16 <= text_len)
+            memcpy(p, text + start, 16);
+        else
+            memcpy(p, text + start, len);
+        p += len;
+        *p++ = ' ';
+    }
+    c->data.len = (size_t)(p - c->data.data) - (k ? 1 : 0);
+    return column_end(c);
+}
+
+/* The standard layout's arrays of a block of rows (`batch`: input_ids, input_mask, segment_ids [count, seq] and
+ * masked_lm_positions, masked_lm_ids [count, pred] int64s, masked_lm_weights [count, pred] float32s,
+ * next_sentence_labels [count] int64s), zero-filled, and where each array's data starts. */
+#define BATCH_ARRAYS 7
+
+typedef struct {
+    PyObject *arrays[BATCH_ARRAYS];
+    int64_t *ids, *mask, *segments, *positions, *labels, *next;
+    float *weights;
+    Py_ssize_t seq, pred;
+} Batch;
+
+static int batch_new(Batch *b, Py_ssize_t count) {
+    Py_ssize_t widths[BATCH_ARRAYS] = {b->seq, b->seq, b->seq, b->pred, b->pred, b->pred, 1};
+    for (int a = 0; a < BATCH_ARRAYS; a++) {
+        size_t size = (a == 5 ? 4 : 8) * (size_t)(count * widths[a]);
+        if ((b->arrays[a] = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size)) == NULL)
+            return -1;
+        memset(PyBytes_AS_STRING(b->arrays[a]), 0, size);
+    }
+    b->ids = (int64_t *)PyBytes_AS_STRING(b->arrays[0]);
+    b->mask = (int64_t *)PyBytes_AS_STRING(b->arrays[1]);
+    b->segments = (int64_t *)PyBytes_AS_STRING(b->arrays[2]);
+    b->positions = (int64_t *)PyBytes_AS_STRING(b->arrays[3]);
+    b->labels = (int64_t *)PyBytes_AS_STRING(b->arrays[4]);
+    b->weights = (float *)PyBytes_AS_STRING(b->arrays[5]);
+    b->next = (int64_t *)PyBytes_AS_STRING(b->arrays[6]);
+    return 0;
+}
+
+/* Row r of the batch: its n tokens (A from 1 to len_a, B after the [SEP] at len_a + 1), its m masks. */
+static void batch_row(Batch *b, Py_ssize_t r, const FramedRow *row, const Scratch *s, uint32_t m) {
+    int64_t *ids = b->ids + r * b->seq, *mask = b->mask + r * b->seq, *segments = b->segments + r * b->seq;
+    for (uint32_t i = 0; i < row->n; i++) {
+        ids[i] = s->tok[i];
+        mask[i] = 1;
+        segments[i] = i >= row->len_a + 2;
+    }
+    for (uint32_t k = 0; k < m; k++) {
+        b->positions[r * b->pred + k] = s->pos[k];
+        b->labels[r * b->pred + k] = s->lab[k];
+        b->weights[r * b->pred + k] = 1.0f;
+    }
+    b->next[r] = row->is_random;
+}
+
+static PyObject *row_columns(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer data, text, headers, ends_view, header_ends;
+    Py_ssize_t first, count;
+    int masks;
+    PyObject *ends_obj, *header_ends_obj, *batch_dims = Py_None, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nny*Oy*Op|O:row_columns", &data, &first, &count, &text, &ends_obj, &headers,
+                          &header_ends_obj, &masks, &batch_dims))
+        return NULL;
+    /* A, B, masked_lm_positions, masked_lm_labels: kept from call to call (the GIL is held throughout, and nothing
+     * here calls back into Python), so that every block's columns are built in memory grown once: growing it
+     * again for every block faulted in 60,000 fresh pages per 186,366 rows, two fifths of the call's time */
+    static Column col[4];
+    Buf num_tokens = {0}, random_next = {0};
+    for (int c = 0; c < 4; c++)
+        col[c].offsets.len = col[c].data.len = 0;
+    Scratch s = {0};
+    Batch batch = {{NULL}};
+    int n_cols = masks ? 4 : 2, held = 0, with_batch = batch_dims != Py_None;
+    if (with_batch && (!PyArg_ParseTuple(batch_dims, "nn", &batch.seq, &batch.pred) || batch.seq < 0 ||
+                       batch.pred < 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "row_columns: batch is (seq, pred), two counts");
+        goto done;
+    }
+    if (get_buffer(ends_obj, &ends_view, 8, 0, "token_ends") < 0)
+        goto done;
+    held = 1;
+    if (get_buffer(header_ends_obj, &header_ends, 8, 0, "header_ends") < 0)
+        goto done;
+    held = 2;
+    const int64_t *E = ends_view.buf, *HE = header_ends.buf;
+    Py_ssize_t n_vocab = ends_view.len / 8, n_headers = header_ends.len / 8;
+    size_t longest = 0;
+    for (Py_ssize_t id = 0; id < n_vocab; id++) {
+        int64_t start = id ? E[id - 1] : 0;
+        if (E[id] < start || E[id] > text.len) {
+            PyErr_SetString(PyExc_ValueError, "row_columns: token_ends must rise within token_text");
+            goto done;
+        }
+        if ((size_t)(E[id] - start) > longest)
+            longest = (size_t)(E[id] - start);
+    }
     for (Py_ssize_t h = 0; h < n_headers; h++)
         if (HE[h] < (h ? HE[h - 1] : 0) || HE[h] > headers.len) {
-            PyErr_SetString(PyExc_ValueError, "text_columns: header_ends must rise within headers");
+            PyErr_SetString(PyExc_ValueError, "row_columns: header_ends must rise within headers");
             goto done;
         }
-    while (at < total) { /* the sizes, and every row checked to lie within the block */
-        if (total - at < 24) {
-            PyErr_SetString(PyExc_ValueError, "text_columns: a row cut short");
-            goto done;
-        }
-        const unsigned char *h = D + at;
-        size_t la = get_le32(h + 8), lb = get_le32(h + 12), m = get_le32(h + 16), ll = get_le32(h + 20);
-        if (la > total || lb > total || m > total || ll > total || 24 + la + lb + 2 * m + ll > total - at ||
-            (masks && (Py_ssize_t)m >= n_headers) || (!masks && (m || ll))) {
-            PyErr_SetString(PyExc_ValueError, "text_columns: a row cut short, or with masks it should not have");
-            goto done;
-        }
-        col[0].size += la;
-        col[1].size += lb;
-        if (masks) {
-            col[2].size += (size_t)(HE[m] - (m ? HE[m - 1] : 0)) + 2 * m;
-            col[3].size += ll;
-        }
-        at += 24 + la + lb + 2 * m + ll;
-        rows++;
-    }
-    if (rows != count) {
-        PyErr_Format(PyExc_ValueError, "text_columns: %zd rows, expected %zd", rows, count);
+    if (first < 0 || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "row_columns: first and count are counts of rows");
         goto done;
     }
-    num_tokens = PyBytes_FromStringAndSize(NULL, 2 * rows);
-    random_next = PyBytes_FromStringAndSize(NULL, (rows + 7) / 8);
-    if (num_tokens == NULL || random_next == NULL)
+    if (buf_reserve(&num_tokens, 2 * (size_t)count + 1) < 0 || buf_reserve(&random_next, (size_t)count / 8 + 1) < 0 ||
+        (with_batch && batch_new(&batch, count) < 0))
         goto done;
+    memset(random_next.data, 0, (size_t)count / 8 + 1);
     for (int c = 0; c < n_cols; c++)
-        if (column_new(&col[c], rows) < 0)
+        if (column_end(&col[c]) < 0) /* the offsets' leading 0 */
             goto done;
-    unsigned char *nt = (unsigned char *)PyBytes_AS_STRING(num_tokens), *bits = (unsigned char *)PyBytes_AS_STRING(random_next);
-    memset(bits, 0, (size_t)(rows + 7) / 8);
-    const char *H = headers.buf;
-    at = 0;
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        const unsigned char *h = D + at, *p = h + 24;
-        uint32_t n = get_le32(h), la = get_le32(h + 8), lb = get_le32(h + 12), m = get_le32(h + 16);
-        uint32_t ll = get_le32(h + 20);
-        nt[2 * r] = (unsigned char)(n & 0xff);
-        nt[2 * r + 1] = (unsigned char)(n >> 8);
-        if (get_le32(h + 4))
-            bits[r / 8] |= (unsigned char)(1 << (r % 8));
-        column_put(&col[0], r, p, la);
-        column_put(&col[1], r, p + la, lb);
-        if (masks) { /* the positions after np.save's header for m uint16s */
-            int64_t h0 = m ? HE[m - 1] : 0;
-            memcpy(col[2].at, H + h0, (size_t)(HE[m] - h0));
-            col[2].at += HE[m] - h0;
-            column_put(&col[2], r, p + la + lb, 2 * (size_t)m);
-            col[2].off[r + 1] += (int32_t)(HE[m] - h0);
-            column_put(&col[3], r, p + la + lb + 2 * m, ll);
+    const unsigned char *D = data.buf;
+    size_t at = 0;
+    FramedRow row;
+    if (skip_rows(D, (size_t)data.len, &at, first) < 0)
+        goto done;
+    for (Py_ssize_t r = 0; r < count; r++) {
+        if (next_row(D, (size_t)data.len, &at, &row) < 0 || decode_row(&row, &s, (uint64_t)n_vocab, !masks) < 0)
+            goto done;
+        if (with_batch && (row.n > (uint64_t)batch.seq || row.m > (uint64_t)batch.pred)) {
+            PyErr_SetString(PyExc_ValueError, "row_columns: a row longer than the batch's seq tokens or pred masks");
+            goto done;
         }
-        at += 24 + la + lb + 2 * (size_t)m + ll;
+        num_tokens.data[2 * r] = (char)(row.n & 0xff); /* uint16: the layout refuses a longer --max-seq-length */
+        num_tokens.data[2 * r + 1] = (char)((row.n >> 8) & 0xff);
+        if (row.is_random)
+            random_next.data[r / 8] |= (char)(1 << (r % 8));
+        if (put_text(&col[0], s.tok + 1, row.len_a, text.buf, (size_t)text.len, E, longest) < 0 ||
+            put_text(&col[1], s.tok + row.len_a + 2, row.n - row.len_a - 3, text.buf, (size_t)text.len, E,
+                     longest) < 0)
+            goto done;
+        if (masks) { /* the positions after np.save's header for m uint16s, then the masked tokens' text */
+            if ((Py_ssize_t)row.m >= n_headers) {
+                PyErr_SetString(PyExc_ValueError, "row_columns: more masks than header_ends has headers");
+                goto done;
+            }
+            int64_t h0 = row.m ? HE[row.m - 1] : 0;
+            if (buf_append(&col[2].data, (const char *)headers.buf + h0, (size_t)(HE[row.m] - h0)) < 0 ||
+                buf_reserve(&col[2].data, 2 * (size_t)row.m) < 0)
+                goto done;
+            for (uint32_t k = 0; k < row.m; k++) {
+                col[2].data.data[col[2].data.len++] = (char)(s.pos[k] & 0xff);
+                col[2].data.data[col[2].data.len++] = (char)((s.pos[k] >> 8) & 0xff);
+            }
+            if (column_end(&col[2]) < 0 || put_text(&col[3], s.lab, row.m, text.buf, (size_t)text.len, E, longest) < 0)
+                goto done;
+        }
+        if (with_batch)
+            batch_row(&batch, r, &row, &s, masks ? row.m : 0);
     }
-    result = masks ? PyTuple_Pack(10, num_tokens, random_next, col[0].offsets, col[0].data, col[1].offsets,
-                                  col[1].data, col[2].offsets, col[2].data, col[3].offsets, col[3].data)
-                   : PyTuple_Pack(6, num_tokens, random_next, col[0].offsets, col[0].data, col[1].offsets,
-                                  col[1].data);
+    PyObject *columns = PyTuple_New(2 + 2 * n_cols);
+    if (columns == NULL)
+        goto done;
+    PyTuple_SET_ITEM(columns, 0, PyBytes_FromStringAndSize(num_tokens.data, 2 * count));
+    PyTuple_SET_ITEM(columns, 1, PyBytes_FromStringAndSize(random_next.data, (count + 7) / 8));
+    for (int c = 0; c < n_cols; c++) {
+        PyTuple_SET_ITEM(columns, 2 + 2 * c, buf_bytes(&col[c].offsets));
+        PyTuple_SET_ITEM(columns, 3 + 2 * c, buf_bytes(&col[c].data));
+    }
+    for (Py_ssize_t i = 0; i < 2 + 2 * n_cols; i++)
+        if (PyTuple_GET_ITEM(columns, i) == NULL) {
+            Py_DECREF(columns);
+            goto done;
+        }
+    if (!with_batch) {
+        result = columns;
+        goto done;
+    }
+    PyObject *arrays = PyTuple_New(BATCH_ARRAYS);
+    if (arrays == NULL) {
+        Py_DECREF(columns);
+        goto done;
+    }
+    for (int a = 0; a < BATCH_ARRAYS; a++) {
+        PyTuple_SET_ITEM(arrays, a, batch.arrays[a]);
+        batch.arrays[a] = NULL;
+    }
+    result = PyTuple_Pack(2, columns, arrays);
+    Py_DECREF(columns);
+    Py_DECREF(arrays);
 done:
-    Py_XDECREF(num_tokens);
-    Py_XDECREF(random_next);
-    for (int c = 0; c < 4; c++) {
-        Py_XDECREF(col[c].offsets);
-        Py_XDECREF(col[c].data);
-    }
+    buf_free(&num_tokens);
+    buf_free(&random_next);
+    for (int a = 0; a < BATCH_ARRAYS; a++)
+        Py_XDECREF(batch.arrays[a]);
+    PyMem_Free(s.tok);
+    if (held > 1)
+        PyBuffer_Release(&header_ends);
+    if (held > 0)
+        PyBuffer_Release(&ends_view);
     PyBuffer_Release(&data);
+    PyBuffer_Release(&text);
     PyBuffer_Release(&headers);
-    PyBuffer_Release(&header_ends);
     return result;
 }
 
-PyDoc_STRVAR(text_columns_doc,
-             "text_columns(data, count, headers, header_ends, masks) -> (num_tokens, random_next, A offsets,\n"
-             "A data, B offsets, B data[, positions offsets, positions data, labels offsets, labels data])\n\n"
-             "parquet.text_columns: `count` text rows one after another (data) as the Arrow buffers of LDDL's\n"
-             "columns: uint16s, a validity-style bitmap, int32 offsets and bytes; the positions after np.save's\n"
-             "header for their count m (headers[header_ends[m - 1]:header_ends[m]]).");
+PyDoc_STRVAR(row_columns_doc,
+             "row_columns(data, first, count, token_text, token_ends, headers, header_ends, masks, batch=None)\n"
+             "-> (num_tokens, random_next, A offsets, A data, B offsets, B data[, positions offsets, positions data,\n"
+             "labels offsets, labels data]), or with batch=(seq, pred) (those, the standard layout's arrays)\n\n"
+             "parquet.row_columns: framed rows first .. first + count - 1 of data as the Arrow buffers of LDDL's\n"
+             "columns: uint16s, a validity-style bitmap, int32 offsets and bytes; token id i's text is\n"
+             "token_text[token_ends[i - 1]:token_ends[i]], the positions follow np.save's header for their count m\n"
+             "(headers[header_ends[m - 1]:header_ends[m]]). Without masks, A and B unmasked and no mask columns.\n"
+             "With batch, also input_ids, input_mask, segment_ids, masked_lm_positions, masked_lm_ids (int64s),\n"
+             "masked_lm_weights (float32s) and next_sentence_labels (int64s) of the same rows, zero-padded.");
 
 static PyObject *crc32c(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer data;
@@ -1951,7 +2055,7 @@ static PyTypeObject LineTokenizerType = {
 static PyMethodDef module_methods[] = {
     {"shuffle", shuffle, METH_VARARGS, shuffle_doc},
     {"copy_shuffled", copy_shuffled, METH_VARARGS, copy_shuffled_doc},
-    {"text_columns", text_columns, METH_VARARGS, text_columns_doc},
+    {"row_columns", row_columns, METH_VARARGS, row_columns_doc},
     {"crc32c", crc32c, METH_VARARGS, crc32c_doc},
     {NULL, NULL, 0, NULL}};
 

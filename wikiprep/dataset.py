@@ -123,8 +123,9 @@ def staged_folder(folder: str | Path) -> Path:
 
 
 def shard_name(prefix: str, shard: int, layout: Layout = layouts.DEFAULT) -> str:
-    """'wiki_00000.tfrecord': shard `shard` of a dataset in `layout`, its files named from `prefix`."""
-    return f"{prefix}_{shard:05d}{layout.shard_suffix}"
+    """'wiki_00000.tfrecord': shard `shard` of a dataset in `layout`, its files named from `prefix`; for a layout with
+    a finishing step, the staged shard's name (`Layout.staged`)."""
+    return f"{prefix}_{shard:05d}{layout.staged.shard_suffix}"
 
 
 def shard_seed(seed: int, shard: int) -> int:
@@ -233,21 +234,22 @@ def claim_folder(folder: str | Path, spec: DatasetSpec) -> None:
 def write_shard(sentence_shard: str | Path, vocab_path: str | Path, out_path: str | Path, options: GenerationOptions,
                 spec: DatasetSpec, *, progress: Progress | None = None, source_starts: Sequence[int] = ()) -> dict:
     """The instances of one sentence shard at `out_path` (`spec.shard_name(i)`, + its index when the layout
-    has one), in `spec.layout`, in the folder `spec` claims.
+    has one), in `spec.layout` (for a layout with a finishing step, its staged shard: `Layout.staged`), in the
+    folder `spec` claims.
 
     `options.random_seed` is the shard's own seed (`shard_seed`). Returns the generation stats; a killed
     run's temporaries of this shard are removed first, nothing is left half-written. `progress(done,
     total)` and `source_starts` (a mixture's shard: where each source's documents start, from
     `sentences.merge_shard`) as `instances.write_pretraining_files`'.
     """
-    out_path = Path(out_path)
-    index = spec.layout.index_path(out_path)
+    out_path, layout = Path(out_path), spec.layout.staged
+    index = layout.index_path(out_path)
     index = None if index is None else str(index)
-    instances.check_layout(spec.layout, [out_path], [index], options)
+    instances.check_layout(layout, [out_path], [index], options)
     claim_folder(out_path.parent, spec)
     # This shard's dead writers' temporaries (records, index, spill) go as its writers open their own.
     return instances.create_pretraining_file([str(sentence_shard)], str(vocab_path), str(out_path), index, options,
-                                             layout=spec.layout, progress=progress, source_starts=source_starts)
+                                             layout=layout, progress=progress, source_starts=source_starts)
 
 
 def finalize(folder: str | Path, spec: DatasetSpec, vocab_path: str | Path, shard_stats: list[dict],

@@ -142,45 +142,65 @@ def file_stats(found: RecordFiles, path: Path, vocab: Vocab | None, *, tensorflo
     with `tensorflow=False` (see `reader.file_batches`: the same batches, without TensorFlow's import in
     every shard's process).
     """
-    import numpy as np
-
-    seq, max_pred = found.dims[SEQ], found.dims[PRED]
-    unk_id = vocab.unk_id if vocab is not None else None
-    lengths = np.zeros(seq + 1, np.int64)
-    a_lengths = np.zeros(seq + 1, np.int64)
-    b_lengths = np.zeros(seq + 1, np.int64)
-    masked = np.zeros(max_pred + 1, np.int64)
-    token_counts = np.zeros(0, np.int64)
-    masked_token_counts = np.zeros(0, np.int64)
-    random_next = tokens = unk = 0
-    shown: list[dict] = []
+    figures = FileFigures(found.dims, vocab, path)
     for b in file_batches(found, path, tensorflow=tensorflow):
+        figures.add(b)
+    return figures.result()
+
+
+class FileFigures:
+    """`file_stats`' figures of the file at `path`, counted a standard-layout batch at a time (`add`, in file order),
+    returned by `result` once the file is there. A finishing part counts its files' figures so, from the batches of
+    the instances it writes (`Layout.write_part`'s `observe`), instead of reading them back."""
+
+    def __init__(self, dims: dict[str, int], vocab: Vocab | None, path: Path):
+        import numpy as np
+
+        self.seq, self.max_pred, self.vocab, self.path = dims[SEQ], dims[PRED], vocab, path
+        self.unk_id = vocab.unk_id if vocab is not None else None
+        self.lengths = np.zeros(self.seq + 1, np.int64)
+        self.a_lengths = np.zeros(self.seq + 1, np.int64)
+        self.b_lengths = np.zeros(self.seq + 1, np.int64)
+        self.masked = np.zeros(self.max_pred + 1, np.int64)
+        self.token_counts = np.zeros(0, np.int64)
+        self.masked_token_counts = np.zeros(0, np.int64)
+        self.random_next = self.tokens = self.unk = 0
+        self.shown: list[dict] = []
+
+    def add(self, b: dict) -> None:
+        import numpy as np
+
+        seq, max_pred = self.seq, self.max_pred
         real = b["input_mask"] == 1
         n_real = real.sum(axis=1)
         k = (b["masked_lm_weights"] > 0).sum(axis=1)
-        lengths += np.bincount(n_real, minlength=seq + 1)[:seq + 1]
-        masked += np.bincount(k, minlength=max_pred + 1)[:max_pred + 1]
+        self.lengths += np.bincount(n_real, minlength=seq + 1)[:seq + 1]
+        self.masked += np.bincount(k, minlength=max_pred + 1)[:max_pred + 1]
         # A: the first segment without [CLS] and its [SEP]; B: the second without its [SEP].
         seg_b = (real & (b["segment_ids"] == 1)).sum(axis=1)
-        a_lengths += np.bincount(np.clip(n_real - seg_b - 2, 0, seq), minlength=seq + 1)[:seq + 1]
-        b_lengths += np.bincount(np.clip(seg_b - 1, 0, seq), minlength=seq + 1)[:seq + 1]
-        random_next += int(b["next_sentence_labels"].reshape(-1).sum())
-        tokens += int(n_real.sum())
+        self.a_lengths += np.bincount(np.clip(n_real - seg_b - 2, 0, seq), minlength=seq + 1)[:seq + 1]
+        self.b_lengths += np.bincount(np.clip(seg_b - 1, 0, seq), minlength=seq + 1)[:seq + 1]
+        self.random_next += int(b["next_sentence_labels"].reshape(-1).sum())
+        self.tokens += int(n_real.sum())
         original = b["input_ids"].copy()  # undo the masking: the labels are the original tokens
         rows, cols = np.nonzero(b["masked_lm_weights"] > 0)
         original[rows, b["masked_lm_positions"][rows, cols]] = b["masked_lm_ids"][rows, cols]
-        token_counts = _add_counts(token_counts, np.bincount(original[real]))
-        masked_token_counts = _add_counts(masked_token_counts, np.bincount(b["masked_lm_ids"][rows, cols]))
-        if unk_id is not None:
-            unk += int(((original == unk_id) & real).sum())
-        for i in range(min(SHOWN_INSTANCES - len(shown), len(n_real))):
-            shown.append(_decoded_instance(b, i, len(shown), path.name, vocab))
-    return {"file": path.name, "records": int(lengths.sum()), "bytes": path.stat().st_size,
-            "random_next": random_next, "tokens": tokens, "unk_tokens": unk if unk_id is not None else None,
-            "sequence_length_histogram": _sparse(lengths), "segment_a_length_histogram": _sparse(a_lengths),
-            "segment_b_length_histogram": _sparse(b_lengths), "masked_count_histogram": _sparse(masked),
-            "token_counts": _sparse(token_counts), "masked_token_counts": _sparse(masked_token_counts),
-            "instances": shown}
+        self.token_counts = _add_counts(self.token_counts, np.bincount(original[real]))
+        self.masked_token_counts = _add_counts(self.masked_token_counts, np.bincount(b["masked_lm_ids"][rows, cols]))
+        if self.unk_id is not None:
+            self.unk += int(((original == self.unk_id) & real).sum())
+        for i in range(min(SHOWN_INSTANCES - len(self.shown), len(n_real))):
+            self.shown.append(_decoded_instance(b, i, len(self.shown), self.path.name, self.vocab))
+
+    def result(self) -> dict:
+        return {"file": self.path.name, "records": int(self.lengths.sum()), "bytes": self.path.stat().st_size,
+                "random_next": self.random_next, "tokens": self.tokens,
+                "unk_tokens": self.unk if self.unk_id is not None else None,
+                "sequence_length_histogram": _sparse(self.lengths),
+                "segment_a_length_histogram": _sparse(self.a_lengths),
+                "segment_b_length_histogram": _sparse(self.b_lengths), "masked_count_histogram": _sparse(self.masked),
+                "token_counts": _sparse(self.token_counts), "masked_token_counts": _sparse(self.masked_token_counts),
+                "instances": self.shown}
 
 
 def _sparse(counts) -> dict[str, int]:

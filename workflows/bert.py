@@ -569,7 +569,8 @@ class PretrainPlan(PretrainTask):
 
 class PretrainPart(PretrainTask):
     """Finishing part i of a layout with a finishing step: file i of each bin (`Layout.part_names`), from the
-    staged shards as PretrainPlan deals them, committed together, each with a receipt holding its figures."""
+    staged shards as PretrainPlan deals them, committed together, each with a receipt holding its report's figures,
+    counted from the instances as they are written (`stats.FileFigures`)."""
 
     part = IntParameter(min_value=0, description="the finishing part, from 0 to --num-shards - 1")
 
@@ -585,16 +586,21 @@ class PretrainPart(PretrainTask):
                 for name in self.output_layout.part_names(self.source().shard_prefix, self.part, self.dims)]
 
     def run(self):
+        plan = json.loads(self.input().path.read_text(encoding="utf-8"))
+        # The staged shards it reads, made again first if one is gone (removed, or found damaged by a part): the
+        # same bytes, so the plan stands.
+        yield [self.stage(PretrainShard, shard=i) for i in self.output_layout.part_shards(plan, self.part)]
         spec = self.dataset_spec()
         dataset.claim_folder(self.dataset_dir, spec)
-        plan = json.loads(self.input().path.read_text(encoding="utf-8"))
         staged = [self.shards_dir / spec.shard_name(i) for i in range(self.num_shards)]
         paths = [t.path for t in self.output()]
-        counts = self.output_layout.write_part(plan, self.part, staged, paths, self.dims,
-                                               progress=self.progress(f"part {self.part}", "files"))
-        for path, count in zip(paths, counts):
-            self.set_status_message(f"reading {path.name} back for the report")
-            write_receipt(path, records=count, report_stats=read_back_stats(path, self.vocab_path()))
+        vocab = Vocab.load(self.vocab_path())
+        figures = [record_stats.FileFigures(self.dims, vocab, path) for path in paths]
+        counts = self.output_layout.write_part(plan, self.part, staged, paths, self.dims, vocab,
+                                               progress=self.progress(f"part {self.part}", "files"),
+                                               observe=lambda i, batch: figures[i].add(batch))
+        for path, count, file_figures in zip(paths, counts, figures):
+            write_receipt(path, records=count, report_stats=file_figures.result())
 
 
 class PretrainDataset(PretrainTask):

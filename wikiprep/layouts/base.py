@@ -9,8 +9,8 @@ encodings to its files (`writers`), and reads its files back as standard-layout 
 `instances`, `count`, `recognize`). Subclasses fill these in: `framed.FramedLayout` for TFRecords
 (framed records, an index beside each file), `hdf5.HDF5Layout` for files written in columns from rows,
 `parquet.ParquetLayout` for LDDL's Parquet files, which also has a finishing step (`finishing`): its
-shards are staged, and their instances dealt over balanced files once every shard is written
-(`plan_parts`, `write_part`, the files of each part named by `part_names`).
+shards are staged (in the layout `staged` names), and their instances dealt over balanced files once every
+shard is written (`plan_parts`, `write_part`, the files of each part named by `part_names`).
 A new layout of columnar files may spill the rows HDF5 spills (`hdf5.InstanceRows`, and the compiled
 generator's code for them) and write its own files from blocks of them; one whose encoder the
 compiled generator does not know gives `compiled_code` None, and the Python generator runs with it.
@@ -23,7 +23,7 @@ import os
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, ContextManager, Iterator, Protocol, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Iterator, Protocol, Sequence
 
 from shardkit.progress import Progress
 from shardkit.records import index_path_for
@@ -65,7 +65,7 @@ class Layout:
     folder_suffix: str              # a dataset folder's name after the options': "" or "_remask"
     suffixes: tuple[str, ...]       # of its files; the first is its shards'
     indexed: bool                   # an `offset length` index beside each file (tfrecord2idx's)
-    framed: bool                    # its encodings are spilled framed (TFRecords), copied out as they are
+    framed: bool                    # its encodings are spilled framed (as TFRecords: a CRC32C each)
     compiled_code: int | None       # the compiled generator's code of its encoder (_speedups.c, LAYOUT_*); None:
     #                                 the compiled generator does not know it, and the Python one runs
     implies_fixed_mask_count: bool = False  # choosing it implies Graphcore's fixed mask count (it needs it)
@@ -130,8 +130,18 @@ class Layout:
         per shard index: `part_names`, `plan_parts`, `write_part`); else the shards are its files."""
         return False
 
+    @property
+    def staged(self) -> "Layout":
+        """The layout a dataset's shards are written in: this one, or for a layout with a finishing step the staged
+        shards its finishing parts read."""
+        return self
+
     def part_names(self, prefix: str, part: int, dims: dict[str, int]) -> list[str]:
         """The names of the files finishing part `part` writes."""
+        raise NotImplementedError
+
+    def part_shards(self, plan: dict, part: int) -> list[int]:
+        """The staged shards finishing part `part` of `plan` reads."""
         raise NotImplementedError
 
     def plan_parts(self, shard_stats: list[dict], dims: dict[str, int], num_parts: int) -> dict:
@@ -139,9 +149,11 @@ class Layout:
         raise NotImplementedError
 
     def write_part(self, plan: dict, part: int, staged: Sequence[Path], paths: Sequence[Path],
-                   dims: dict[str, int], *, progress: Progress | None = None) -> list[int]:
+                   dims: dict[str, int], vocab, *, progress: Progress | None = None,
+                   observe: Callable[[int, dict], None] | None = None) -> list[int]:
         """Write part `part` of `plan` to `paths` (`part_names`) from the staged shards, committed together;
-        the instances of each file."""
+        the instances of each file. `vocab`: as `writers`'. `observe(i, batch)`: the standard-layout batches of
+        file i as written (what `batches` gives reading it back)."""
         raise NotImplementedError
 
     # -- reading back -----------------------------------------------------------------------------

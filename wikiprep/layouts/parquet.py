@@ -15,21 +15,23 @@ unmasked, no mask columns; the loader masks each epoch). Either way the generato
 both hold the same pairs in the same order as every other layout.
 
 Files. create-pretraining-data writes the instances round-robin over the files it is given, as every
-layout does. A dataset (the Luigi tasks) is written twice: each shard's instances to a staged file,
-grouped by bin (`--bin-size`: bin b holds `num_tokens` in (b * size, (b + 1) * size], LDDL's
-`(num_tokens - 1) // bin_size`), then the finishing step (`plan_parts`, `write_part`) deals every bin
+layout does. A dataset (the Luigi tasks) stages each shard's instances (`staged`: `StagedLayout`, the rows
+the generator spills, grouped by bin; `--bin-size`: bin b holds `num_tokens` in (b * size, (b + 1) * size],
+LDDL's `(num_tokens - 1) // bin_size`), then the finishing step (`plan_parts`, `write_part`) deals every bin
 over `num_shards` files, `wiki_00000.parquet` (unbinned) or `wiki_00000.parquet_3` (bin 3: the
-`.parquet_<bin>` extension LDDL's loader groups files by). Within a bin the files' instance counts are
-what LDDL's loader asserts (`lddl/torch/datasets.py`, `ParquetDataset.__init__`): the largest holds
-exactly one more than the smallest. A bin whose total divides by the file count cannot be dealt so;
-its last instance is left out (`dropped`), which is what the loader would do with it anyway: it yields
-only the smallest file's count from every file of a bin. A bin with no instance at all is refused
-(LDDL's balancer and loader both fail on one).
+`.parquet_<bin>` extension LDDL's loader groups files by): Parquet is encoded once, by the finishing
+parts. Within a bin the files' instance counts are what LDDL's loader asserts (`lddl/torch/datasets.py`,
+`ParquetDataset.__init__`): the largest holds exactly one more than the smallest. A bin whose total divides
+by the file count cannot be dealt so; its last instance is left out (`dropped`), which is what the loader
+would do with it anyway: it yields only the smallest file's count from every file of a bin. A bin with no
+instance at all is refused (LDDL's balancer and loader both fail on one).
 
-Writing. The generator spills each instance as a text row (`TextRows`, or the compiled generator's twin): its
-segments already space-joined text, its positions uint16s. The copy-out is every layout's (`framed.copy_spilled`),
-and a block of rows becomes Arrow arrays straight from offsets and bytes (`text_columns`, compiled too): no token
-is looked up or joined after the generator, and no Python runs per row. Only `masked_lm_positions` is compressed
+Writing. The generator spills each instance as HDF5's row (`hdf5.InstanceRows`: token ids as varints, and the
+compiled generator's code for them), framed as a TFRecord (a CRC32C each). The copy-out is every layout's
+(`framed.copy_spilled`), and a block of rows becomes Arrow arrays straight from offsets and bytes (`row_columns`,
+compiled too: each id's text copied from a table): no Python runs per row. A finishing part counts its files'
+report figures from the same rows (`row_columns` gives their standard layout's arrays too, as `read_batches` reads
+them back), not by looking every token up again in the files it wrote. Only `masked_lm_positions` is compressed
 (`COMPRESSED`: docs/performance.md has the cost of compressing the rest).
 
 Determinism: pyarrow's writer settings are pinned (`WRITER`), row groups are cut at fixed counts
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -49,23 +52,28 @@ import struct
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Iterator, Sequence
+from typing import Callable, ClassVar, Iterator, Sequence
 
 from shardkit.atomic import atomic_write_together
 from shardkit.errors import PrepError
 from shardkit.progress import Progress
+from shardkit.records import frame_record, record_writers
+from shardkit.verified import damaged
 
 from .. import speedups
 from ..schema import BERT_INSTANCE, PRED, SEQ
 from .base import BATCH, Layout
 from .framed import copy_spilled
+from .hdf5 import InstanceRows
 
 MASKINGS = ("static", "dynamic")  # --masking; the first is the default
-ROW_GROUP = 4096  # rows per row group: bounded memory when writing, and a staged bin read in pieces
-# pyarrow's writer, pinned: without statistics or dictionaries (near-unique strings: wasted work), with page
-# checksums (a damaged page is an error, not data), and compressed where compression pays (COMPRESSED).
+ROW_GROUP = 4096  # rows per row group: bounded memory when writing
+# pyarrow's writer, pinned: without statistics or dictionaries (near-unique strings: wasted work), without page
+# checksums (as LDDL writes them: a CRC over every page cost a tenth more CPU to write and to read back, and no
+# trainer's reader checks them by default; the dataset's integrity is MANIFEST.json's sha256, which `verify` checks),
+# and compressed where compression pays (COMPRESSED).
 WRITER = dict(version="2.6", use_dictionary=False, write_statistics=False, data_page_size=1 << 20,
-              data_page_version="1.0", write_page_checksum=True, write_page_index=False)
+              data_page_version="1.0", write_page_checksum=False, write_page_index=False)
 # LDDL writes snappy throughout (pq.write_table's default). Here only masked_lm_positions is: 128 of its ~150 bytes
 # a row are np.save's header, the same in every row (snappy: 30 MB to 6 for 186,366 rows). The text columns are not:
 # snappy gives them 1.7x for 0.4 CPU-s per 186,366 rows, more than the TFRecord writer spends copying its records
@@ -95,7 +103,8 @@ def _pc():
 
 @dataclass(frozen=True, kw_only=True)
 class ParquetLayout(Layout):
-    """LDDL's Parquet files: written from spilled text rows (`TextRows`), no index, balanced by a finishing step."""
+    """LDDL's Parquet files: written from spilled rows (`InstanceRows`, framed), no index, balanced by a finishing step
+    from a dataset's staged shards (`staged`)."""
 
     masking: str = MASKINGS[0]
     bin_size: int = 0  # 0: not binned
@@ -159,17 +168,8 @@ class ParquetLayout(Layout):
             raise PrepError(f"index file {os.fspath(listed[0])}: an index lists the records of a TFRecord file; "
                             f"{os.fspath(output_files[0])} is Parquet (LDDL's layout has no index)")
 
-    def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> "TextRows":
-        return TextRows(vocab, unmasked=not self.static)
-
-    def compiled_arguments(self, vocab=None) -> dict | None:
-        arguments = super().compiled_arguments(vocab)
-        if arguments is None:
-            return None
-        if vocab is None:
-            raise ValueError("the Parquet layout writes tokens as text: its compiled encoder needs the vocabulary")
-        text, ends = token_text(vocab)
-        return {**arguments, "token_text": text, "token_ends": ends, "unmasked": not self.static}
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> InstanceRows:
+        return InstanceRows(max_seq_length, max_predictions_per_seq)
 
     def writers(self, paths, index_paths, dims, *, overwrite=False, vocab=None) -> "ParquetFiles":
         if vocab is None:
@@ -181,6 +181,12 @@ class ParquetLayout(Layout):
     @property
     def finishing(self) -> bool:
         return True
+
+    @property
+    def staged(self) -> "StagedLayout":
+        return StagedLayout(name=f"{self.name}-staged", title=f"{self.title}, staged rows", file_kind="staged rows",
+                            flags=self.flags, folder_suffix=self.folder_suffix, suffixes=(".rows",), indexed=False,
+                            framed=True, compiled_code=self.compiled_code, parquet=self)
 
     def part_names(self, prefix: str, part: int, dims: dict[str, int]) -> list[str]:
         """The files finishing part `part` writes: file `part` of every bin."""
@@ -227,19 +233,34 @@ class ParquetLayout(Layout):
                 parts[j].append(runs)
         return {"bins": bins, "dropped": sum(b["dropped"] for b in bins), "parts": parts}
 
+    def part_shards(self, plan: dict, part: int) -> list[int]:
+        """The staged shards part `part` reads."""
+        return sorted({shard for runs in plan["parts"][part] for shard, _, _ in runs})
+
     def write_part(self, plan: dict, part: int, staged: Sequence[Path], paths: Sequence[Path],
-                   dims: dict[str, int], *, progress: Progress | None = None) -> list[int]:
-        """Part `part` of `plan` (`plan_parts`): its file of every bin, from the staged shards, committed
-        together; returns each file's instance count."""
-        runs = plan["parts"][part]
-        counts = []
+                   dims: dict[str, int], vocab, *, progress: Progress | None = None,
+                   observe: Callable[[int, dict], None] | None = None) -> list[int]:
+        """Part `part` of `plan` (`plan_parts`): its file of every bin, from the staged shards' rows (`StagedLayout`:
+        bin b's rows of a shard from its first row of bin b on), committed together; returns each file's instance
+        count. `observe(i, batch)`: the standard-layout batches of file i, as `read_batches` reads them back."""
+        runs, counts, tables = plan["parts"][part], [], _Tables(self, dims, vocab)
         with atomic_write_together(list(paths)) as temps:
             for b, (temp, path) in enumerate(zip(temps, paths)):
                 with _open_writer(temp, path, self, dims) as writer:
                     pending = _Pending(writer)
+
+                    def use(data: bytes, skip: int, n: int) -> None:
+                        def make(first: int, count: int):
+                            if observe is None:
+                                return tables.table(data, first, count)
+                            table, batch = tables.table(data, first, count, batch=True)
+                            observe(b, batch)
+                            return table
+
+                        pending.add_rows(make, skip, n)
+
                     for shard, first, take in runs[b]:
-                        for table in read_rows(staged[shard], first, take):
-                            pending.add(table)
+                        read_staged(staged[shard], first, take, use)
                     pending.flush()
                     counts.append(pending.written)
                 if progress is not None:
@@ -301,9 +322,9 @@ class ParquetLayout(Layout):
 # create-pretraining-data writes Parquet to an --output_file named `.parquet`.
 LAYOUT = ParquetLayout(name="parquet", title="Parquet, LDDL's layout", file_kind="Parquet",
                        flags=("parquet", "standard"), folder_suffix="_parquet", suffixes=(".parquet",),
-                       indexed=False, framed=False, named_outputs=True,
+                       indexed=False, framed=True, named_outputs=True,
                        flags_note="Parquet holds LDDL's layout (--masking static or dynamic)",
-                       compiled_code=3)  # _speedups.c: LAYOUT_TEXT, the text rows (TextRows)
+                       compiled_code=2)  # _speedups.c: LAYOUT_ROWS, HDF5's rows (InstanceRows), framed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,82 +372,122 @@ def token_text(vocab) -> tuple[bytes, array]:
     return _packed([t.encode("utf-8") for t in vocab.id_to_token])
 
 
-class TextRows:
-    """An instance as one spilled text row, the form in which LDDL's columns are copied out (`text_columns`).
-
-    A row: a head (token count, random next, bytes of A, bytes of B, mask count, bytes of the masked tokens), then
-    A's and B's tokens as text, space-joined (with static masking after masking, as LDDL stores them), the masked
-    positions as uint16s, then the original masked tokens as text. `unmasked` (dynamic masking): A and B as before
-    masking, and no masks. The compiled generator writes the same rows (`_speedups.c`, LAYOUT_TEXT)."""
-
-    HEAD = struct.Struct("<6i")
-
-    def __init__(self, vocab, *, unmasked: bool):
-        from ..instances import varint_table
-
-        if vocab is None:
-            raise ValueError("the Parquet layout writes tokens as text: its encoder needs the vocabulary")
-        # the generator's tokens are varints (instances.Corpus.table): their text by varint
-        self.text = dict(zip(varint_table(vocab.size), (t.encode("utf-8") for t in vocab.id_to_token)))
-        self.unmasked = unmasked
-
-    def encode(self, tokens: list[bytes], len_a: int, len_b: int, positions: list[int], labels: list[bytes],
-               is_random: bool) -> bytes:
-        text = self.text.__getitem__
-        if self.unmasked:
-            tokens = list(tokens)
-            for p, label in zip(positions, labels):
-                tokens[p] = label
-            positions, labels = [], []
-        a = b" ".join(map(text, tokens[1:len_a + 1]))
-        b = b" ".join(map(text, tokens[len_a + 2:len_a + 2 + len_b]))
-        masked = b" ".join(map(text, labels))
-        return b"".join((self.HEAD.pack(len(tokens), is_random, len(a), len(b), len(positions), len(masked)),
-                         a, b, struct.pack(f"<{len(positions)}H", *positions), masked))
-
-
 def npy_headers(max_predictions_per_seq: int) -> tuple[bytes, array]:
     """`npy_header(m)` for m = 0 .. max_predictions_per_seq, packed (`_packed`)."""
     return _packed([npy_header(m) for m in range(max_predictions_per_seq + 1)])
 
 
-def text_columns(data: bytes, count: int, headers: bytes, header_ends: array, masks: bool) -> tuple[bytes, ...]:
-    """`count` text rows (`TextRows`), one after another, as the Arrow buffers of LDDL's columns: num_tokens
-    (uint16s), is_random_next (a bitmap), then int32 offsets and bytes of A, B and, with `masks`,
-    masked_lm_positions (each after np.save's header for its count, `headers[header_ends[m - 1]:header_ends[m]]`)
-    and masked_lm_labels. `_speedups.text_columns` is the compiled twin; ValueError for a row that does not fit."""
-    head = TextRows.HEAD
-    num_tokens, bits = [], bytearray((count + 7) // 8)
+_HEAD = struct.Struct("<6I")  # InstanceRows.HEAD, read as the compiled twins read it: unsigned
+_VARINT = re.compile(rb"[\x80-\xff]*[\x00-\x7f]")
+
+
+@functools.cache
+def _varint_value(code: bytes) -> int:
+    return sum((byte & 0x7F) << (7 * i) for i, byte in enumerate(code))
+
+
+def _ids(data: bytes, k: int, limit: int) -> list[int]:
+    """Exactly k varints, each of at most 5 bytes and below `limit`, that make up `data`; ValueError else."""
+    codes = _VARINT.findall(data)
+    if len(codes) != k or sum(map(len, codes)) != len(data) or any(len(c) > 5 for c in codes):
+        raise ValueError("rows: token ids that do not match the row's head or the vocabulary")
+    ids = list(map(_varint_value, codes))
+    if any(i >= limit for i in ids):
+        raise ValueError("rows: token ids that do not match the row's head or the vocabulary")
+    return ids
+
+
+def _framed_rows(data: bytes, first: int, count: int, limit: int, unmask: bool) -> Iterator[tuple]:
+    """Rows first .. first + count - 1 of `data`, framed rows (`InstanceRows`' rows, each framed as a TFRecord), every
+    row up to them checked: (n, len_a, m, is_random, token ids, positions, masked ids) each, ids below `limit`; with
+    `unmask`, the masked ids put back at their positions. ValueError for a row cut short, failing its checksum or not
+    holding what its head says (`_speedups.c`, next_row and decode_row, are the compiled twin)."""
+    at = 0
+    for k in range(first + count):
+        length = struct.unpack_from("<Q", data, at)[0] if len(data) - at >= 16 else -1
+        if not 0 <= length <= len(data) - at - 16:
+            raise ValueError("rows: a row cut short")
+        framed, at = data[at:at + 16 + length], at + 16 + length
+        payload = framed[12:-4]
+        if frame_record(payload) != framed:
+            raise ValueError("rows: a row whose checksum does not match")
+        if length < _HEAD.size:
+            raise ValueError("rows: a row that does not hold what its head says")
+        n, len_a, m, is_random, ids_len, labels_len = _HEAD.unpack_from(payload)
+        if is_random > 1 or m > n or len_a + 3 > n or _HEAD.size + 4 * m + ids_len + labels_len != length:
+            raise ValueError("rows: a row that does not hold what its head says")
+        if k < first:
+            continue
+        at_ids = _HEAD.size + 4 * m
+        ids = _ids(payload[at_ids:at_ids + ids_len], n, limit)
+        labels = _ids(payload[at_ids + ids_len:], m, limit)
+        positions = list(struct.unpack_from(f"<{m}I", payload, _HEAD.size))
+        if any(q >= n for q in positions):
+            raise ValueError("rows: a masked position past the row's tokens")
+        if unmask:
+            for q, label in zip(positions, labels):
+                ids[q] = label
+        yield n, len_a, m, is_random, ids, positions, labels
+
+
+BATCH_ARRAYS = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights",
+                "next_sentence_labels")  # what row_columns gives with a batch, in this order
+
+
+def row_columns(data: bytes, first: int, count: int, text: bytes, token_ends: array, headers: bytes,
+                header_ends: array, masks: bool, batch: tuple[int, int] | None = None) -> tuple:
+    """Framed rows first .. first + count - 1 of `data` as the Arrow buffers of LDDL's columns: num_tokens (uint16s),
+    is_random_next (a bitmap), then int32 offsets and bytes of A and B (space-joined token text: id i's is
+    text[token_ends[i - 1]:token_ends[i]]) and, with `masks`, masked_lm_positions (each after np.save's header for
+    its count, `headers[header_ends[m - 1]:header_ends[m]]`) and masked_lm_labels. Without `masks` (dynamic
+    masking), A and B before masking. With `batch` (seq, pred): (those buffers, the same rows as the standard
+    layout's arrays, BATCH_ARRAYS: int64s, masked_lm_weights float32s, zero-padded; as `read_batches` reads them
+    back). `_speedups.row_columns` is the compiled twin; ValueError for a row that does not fit."""
+    if any(e < (token_ends[i - 1] if i else 0) or e > len(text) for i, e in enumerate(token_ends)):
+        raise ValueError("row_columns: token_ends must rise within token_text")
+    if any(e < (header_ends[h - 1] if h else 0) or e > len(headers) for h, e in enumerate(header_ends)):
+        raise ValueError("row_columns: header_ends must rise within headers")
+    token = [text[token_ends[i - 1] if i else 0:e] for i, e in enumerate(token_ends)]
+    seq, pred = batch if batch is not None else (0, 0)
+    arrays = [array("f" if name == "masked_lm_weights" else "q", bytes((4 if name == "masked_lm_weights" else 8) *
+                    count * (1 if name == "next_sentence_labels" else pred if name.startswith("masked") else seq)))
+              for name in BATCH_ARRAYS]
+    ids_out, mask_out, segments_out, positions_out, labels_out, weights_out, next_out = arrays
+    num_tokens, bits = array("H"), bytearray((count + 7) // 8)
     columns = [([0], []) for _ in range(4 if masks else 2)]
 
     def put(column, value: bytes) -> None:
         column[0].append(column[0][-1] + len(value))
         column[1].append(value)
 
-    at, rows = 0, 0
-    while at < len(data):
-        if len(data) - at < head.size:
-            raise ValueError("text_columns: a row cut short")
-        n, is_random, la, lb, m, ll = head.unpack_from(data, at)
-        body = at + head.size
-        end = body + la + lb + 2 * m + ll
-        if min(la, lb, m, ll) < 0 or end > len(data) or (masks and m >= len(header_ends)) or (not masks and (m or ll)):
-            raise ValueError("text_columns: a row cut short, or with masks it should not have")
+    for r, (n, len_a, m, is_random, ids, positions, labels) in enumerate(
+            _framed_rows(data, first, count, len(token_ends), unmask=not masks)):
+        if batch is not None and (n > seq or m > pred):
+            raise ValueError("row_columns: a row longer than the batch's seq tokens or pred masks")
         num_tokens.append(n & 0xFFFF)
         if is_random:
-            bits[rows // 8] |= 1 << (rows % 8)
-        put(columns[0], data[body:body + la])
-        put(columns[1], data[body + la:body + la + lb])
+            bits[r // 8] |= 1 << (r % 8)
+        put(columns[0], b" ".join(token[i] for i in ids[1:len_a + 1]))
+        put(columns[1], b" ".join(token[i] for i in ids[len_a + 2:n - 1]))
         if masks:
-            put(columns[2], headers[header_ends[m - 1] if m else 0:header_ends[m]] + data[body + la + lb:end - ll])
-            put(columns[3], data[end - ll:end])
-        at, rows = end, rows + 1
-    if rows != count:
-        raise ValueError(f"text_columns: {rows} rows, expected {count}")
-    out = [struct.pack(f"<{rows}H", *num_tokens), bytes(bits)]
+            if m >= len(header_ends):
+                raise ValueError("row_columns: more masks than header_ends has headers")
+            put(columns[2], headers[header_ends[m - 1] if m else 0:header_ends[m]] +
+                struct.pack(f"<{m}H", *(q & 0xFFFF for q in positions)))
+            put(columns[3], b" ".join(token[i] for i in labels))
+        if batch is not None:
+            m = m if masks else 0
+            ids_out[r * seq:r * seq + n] = array("q", ids)
+            mask_out[r * seq:r * seq + n] = array("q", [1] * n)
+            segments_out[r * seq:r * seq + n] = array("q", [int(i >= len_a + 2) for i in range(n)])
+            positions_out[r * pred:r * pred + m] = array("q", positions[:m])
+            labels_out[r * pred:r * pred + m] = array("q", labels[:m])
+            weights_out[r * pred:r * pred + m] = array("f", [1.0] * m)
+            next_out[r] = is_random
+    out = [num_tokens.tobytes(), bytes(bits)]
     for offsets, values in columns:
-        out += [struct.pack(f"<{rows + 1}i", *offsets), b"".join(values)]
-    return tuple(out)
+        out += [struct.pack(f"<{len(offsets)}i", *offsets), b"".join(values)]
+    return tuple(out) if batch is None else (tuple(out), tuple(a.tobytes() for a in arrays))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,6 +529,15 @@ class _Pending:
             self._write(self.next)
             self.next = self._next_group()
 
+    def add_rows(self, make: Callable[[int, int], object], first: int, count: int) -> None:
+        """Rows first .. first + count - 1 of a block, made into tables by `make(first, n)` a window at a time, each
+        window ending where a row group does: a group is then written from the one table made for it, not from a
+        copy of two joined, and a window's text is at most a row group's."""
+        while count:
+            n = min(count, self.next - self.rows) if self.next else count
+            self.add(make(first, n))
+            first, count = first + n, count - n
+
     def _write(self, n: int) -> None:
         pa = _pa()
         whole = pa.concat_tables(self.tables)
@@ -493,8 +563,8 @@ def _row_groups(counts) -> list[int]:
 
 
 def _spilled_lengths(fd: int, offsets: array) -> "object":
-    """The token count of every spilled row (`TextRows`: the head's first int32), in spill order, read in
-    blocks of whole rows."""
+    """The token count of every spilled row (`InstanceRows`, framed: the head's first int32, after the frame's 12
+    bytes), in spill order, read in blocks of whole rows."""
     import numpy as np
 
     n = len(offsets) - 1
@@ -505,39 +575,64 @@ def _spilled_lengths(fd: int, offsets: array) -> "object":
         j = max(i + 1, int(np.searchsorted(ends, ends[i] + (8 << 20), side="right")) - 1)
         j = min(j, n)
         data = np.frombuffer(os.pread(fd, int(ends[j] - ends[i]), int(ends[i])), np.uint8)
-        at = (ends[i:j] - ends[i])[:, None] + np.arange(4)
+        at = (ends[i:j] - ends[i])[:, None] + 12 + np.arange(4)
         out[i:j] = data[at].astype(np.int64) @ (1 << (8 * np.arange(4)))
         i = j
     return out
 
 
-class ParquetFiles:
-    """Several Parquet files committed together (`atomic_write_together`): none appears unless all are complete.
+def _grouped_by_bin(layout: ParquetLayout, dims: dict[str, int], order: array, offsets: array, fd: int,
+                    n_out: int) -> tuple[object, list[list[int] | None]]:
+    """`order` (output k gets spilled rows order[k], order[k + n_out], ...) with each output's rows grouped by bin
+    (a stable sort: each bin's rows in their order), and each output's row counts per bin; as it is (and Nones)
+    when not binned."""
+    import numpy as np
 
-    Output k gets spilled rows order[k], order[k + n], ... (the round-robin of every layout); with a bin size, its
-    rows grouped by bin (a stable sort, each bin's rows in that order), row groups never crossing a bin. The text
-    rows are copied out as every layout's spill is (`framed.copy_spilled`), and a block of them becomes Arrow
-    arrays from their buffers (`text_columns`): no per-row or per-token Python."""
+    if not layout.bin_size:
+        return order, [None] * n_out
+    seq = dims[SEQ]
+    bins = layout.bin_of(_spilled_lengths(fd, offsets), seq)
+    order = np.frombuffer(order, dtype=np.int64).copy()
+    counts = []
+    for j in range(n_out):
+        mine = order[j::n_out]
+        mine = mine[np.argsort(bins[mine], kind="stable")]
+        order[j::n_out] = mine
+        counts.append(np.bincount(bins[mine], minlength=layout.bins(seq)).tolist())
+    return order, counts
 
-    def __init__(self, layout: ParquetLayout, paths: Sequence[str | os.PathLike], dims: dict[str, int], vocab, *,
-                 overwrite: bool = False):
-        self.layout, self.paths, self.dims = layout, [Path(p) for p in paths], dims
+
+class BadRows(Exception):
+    """Framed rows that are cut short, fail their CRC or do not hold what their heads say (`row_columns`' ValueError,
+    told apart from pyarrow's)."""
+
+
+class _Tables:
+    """Blocks of framed rows as Arrow tables of LDDL's schema, and as the standard layout's batches (`row_columns`),
+    for `layout`'s files of dimensions `dims`; `vocab` gives each token id's text."""
+
+    def __init__(self, layout: ParquetLayout, dims: dict[str, int], vocab):
+        if vocab is None:
+            raise ValueError("the Parquet layout writes tokens as text: its writers need the vocabulary")
+        self.layout, self.dims = layout, dims
         self.schema = arrow_schema(layout, dims)
+        self.text = token_text(vocab)
         self.headers = npy_headers(dims[PRED]) if layout.static else (b"", array("q"))
-        self.overwrite = overwrite
 
-    def __enter__(self) -> "ParquetFiles":
-        self._ctx = atomic_write_together(self.paths, overwrite=self.overwrite)
-        self._temps = self._ctx.__enter__()
-        return self
-
-    def table(self, data: bytes, count: int):
-        """`count` text rows (`TextRows`) as an Arrow table of LDDL's schema."""
+    def table(self, data: bytes, first: int, count: int, *, batch: bool = False):
+        """Framed rows first .. first + count - 1 of `data` as an Arrow table of LDDL's schema; with `batch`, (that
+        table, the same rows as the standard layout's batch `read_batches` gives reading them back: with dynamic
+        masking unmasked, without masks). BadRows for rows that do not hold."""
         import numpy as np
 
         pa, fast = _pa(), speedups.compiled()
-        split = text_columns if fast is None else fast.text_columns
-        buffers = [pa.py_buffer(b) for b in split(data, count, *self.headers, self.layout.static)]
+        dims = (self.dims[SEQ], self.dims[PRED]) if batch else None
+        try:
+            got = (row_columns if fast is None else fast.row_columns)(data, first, count, *self.text, *self.headers,
+                                                                      self.layout.static, dims)
+        except ValueError as e:
+            raise BadRows(str(e).removeprefix("rows: ")) from None
+        buffers = [pa.py_buffer(b) for b in (got[0] if batch else got)]
 
         def strings(kind, at: int):
             return pa.Array.from_buffers(kind, count, [None, buffers[at], buffers[at + 1]])
@@ -551,22 +646,35 @@ class ParquetFiles:
             num_tokens = np.frombuffer(buffers[0], "<u2").astype(np.int64)
             bin_ids = self.layout.bin_of(num_tokens, self.dims[SEQ]).astype("<i8")
             columns.append(pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(bin_ids)]))
-        return pa.Table.from_arrays(columns, schema=self.schema)
+        table = pa.Table.from_arrays(columns, schema=self.schema)
+        if not batch:
+            return table
+        kinds = {name: np.float32 if name == "masked_lm_weights" else np.int64 for name in BATCH_ARRAYS}
+        return table, {name: np.frombuffer(b, kinds[name]).reshape(count, -1) for name, b in zip(BATCH_ARRAYS, got[1])}
+
+
+class ParquetFiles:
+    """Several Parquet files committed together (`atomic_write_together`): none appears unless all are complete.
+
+    Output k gets spilled rows order[k], order[k + n], ... (the round-robin of every layout); with a bin size, its
+    rows grouped by bin (`_grouped_by_bin`), row groups never crossing a bin. The framed rows are copied out as
+    every layout's spill is (`framed.copy_spilled`), and a block of them becomes Arrow arrays from their buffers
+    (`_Tables`): no per-row or per-token Python."""
+
+    def __init__(self, layout: ParquetLayout, paths: Sequence[str | os.PathLike], dims: dict[str, int], vocab, *,
+                 overwrite: bool = False):
+        self.layout, self.paths, self.dims = layout, [Path(p) for p in paths], dims
+        self.tables = _Tables(layout, dims, vocab)
+        self.overwrite = overwrite
+
+    def __enter__(self) -> "ParquetFiles":
+        self._ctx = atomic_write_together(self.paths, overwrite=self.overwrite)
+        self._temps = self._ctx.__enter__()
+        return self
 
     def copy(self, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
-        import numpy as np
-
         n_out = len(self.paths)
-        groups: list[list[int] | None] = [None] * n_out  # each output's row group sizes (None: ROW_GROUP each)
-        if self.layout.bin_size:  # each output's rows grouped by bin: `order` permuted within each output
-            seq = self.dims[SEQ]
-            bins = self.layout.bin_of(_spilled_lengths(fd, offsets), seq)
-            order = np.frombuffer(order, dtype=np.int64).copy()
-            for j in range(n_out):
-                mine = order[j::n_out]
-                mine = mine[np.argsort(bins[mine], kind="stable")]
-                order[j::n_out] = mine
-                groups[j] = _row_groups(np.bincount(bins[mine], minlength=self.layout.bins(seq)))
+        order, bin_counts = _grouped_by_bin(self.layout, self.dims, order, offsets, fd, n_out)
         current = {"j": -1, "files": contextlib.ExitStack(), "pending": None}
 
         def start(j: int) -> None:
@@ -577,12 +685,13 @@ class ParquetFiles:
             current["files"] = contextlib.ExitStack()
             writer = current["files"].enter_context(_open_writer(self._temps[j], self.paths[j], self.layout,
                                                                  self.dims))
-            current.update(j=j, pending=_Pending(writer, groups[j]))
+            groups = None if bin_counts[j] is None else _row_groups(bin_counts[j])
+            current.update(j=j, pending=_Pending(writer, groups))
 
         def emit(j: int, data: bytes, index_lines: bytes, count: int) -> None:
             while current["j"] < j:  # outputs come in turn; one with no rows gets an empty file
                 start(current["j"] + 1)
-            current["pending"].add(self.table(data, count))
+            current["pending"].add_rows(lambda first, n: self.tables.table(data, first, n), 0, count)
 
         try:
             copy_spilled(n_out, order, offsets, fd, emit, progress, indexed=False)
@@ -597,10 +706,108 @@ class ParquetFiles:
 
 
 # ---------------------------------------------------------------------------------------------
+# A dataset's staged shards: the spilled rows, grouped by bin, for the finishing parts
+
+MARK_ROWS = 4096  # a staged shard marks where every MARK_ROWS-th row starts: a part reads at most this many too many
+_FOOTER = 24  # the framed uint64 that closes a staged shard: where its marks start
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagedLayout(Layout):
+    """A Parquet dataset's staged shard (`ParquetLayout.staged`): the rows the generator spills (`InstanceRows`, each
+    framed as a TFRecord, with its CRC32C), in the shard's final order grouped by bin (bin 0's rows first), then a
+    framed record of int64s, the byte offset of every MARK_ROWS-th row and the rows' end, and a framed uint64 saying
+    where that record starts. A finishing part reads any run of rows with one read per MARK_ROWS rows and checks
+    every row it reads (`staged_blocks`); the shard's receipt holds its sha256 as every intermediate's does."""
+
+    parquet: ParquetLayout
+
+    def check(self, options) -> None:
+        self.parquet.check(options)
+
+    def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> InstanceRows:
+        return InstanceRows(max_seq_length, max_predictions_per_seq)
+
+    def writers(self, paths, index_paths, dims, *, overwrite=False, vocab=None) -> "StagedFiles":
+        return StagedFiles(self.parquet, paths, dims, overwrite=overwrite)
+
+
+class StagedFiles:
+    """Staged shards (`StagedLayout`) committed together: output k gets spilled rows order[k], order[k + n], ...,
+    grouped by bin, copied out as they are, then its marks."""
+
+    def __init__(self, layout: ParquetLayout, paths: Sequence[str | os.PathLike], dims: dict[str, int], *,
+                 overwrite: bool = False):
+        self.layout, self.dims = layout, dims
+        self._ctx = record_writers([Path(p) for p in paths], [None] * len(paths), overwrite=overwrite)
+
+    def __enter__(self) -> "StagedFiles":
+        self.writers = self._ctx.__enter__()
+        return self
+
+    def copy(self, order: array, offsets: array, fd: int, progress: Progress | None = None) -> None:
+        import numpy as np
+
+        n_out = len(self.writers)
+        order, _ = _grouped_by_bin(self.layout, self.dims, order, offsets, fd, n_out)
+        sizes = np.diff(np.frombuffer(offsets, np.int64))[np.frombuffer(order, np.int64)]
+        copy_spilled(n_out, order, offsets, fd, lambda j, data, lines, count: self.writers[j].write_framed(
+            data, lines, count), progress, indexed=False)
+        for j, writer in enumerate(self.writers):
+            starts = np.concatenate(([0], np.cumsum(sizes[j::n_out])))
+            marks = np.append(starts[:-1][::MARK_ROWS], starts[-1])
+            writer.write(marks.astype("<i8").tobytes())
+            writer.write(struct.pack("<Q", int(starts[-1])))
+
+    def __exit__(self, exc_type, exc, tb):
+        return self._ctx.__exit__(exc_type, exc, tb)
+
+
+def _unframed(framed: bytes) -> bytes | None:
+    """The payload of one whole framed record, or None when it is not one (cut short, or a CRC that fails)."""
+    payload = framed[12:-4]
+    return payload if len(framed) >= 16 and frame_record(payload) == framed else None
+
+
+def read_staged(path: Path, first: int, count: int, use: Callable[[bytes, int, int], None]) -> None:
+    """Rows first .. first + count - 1 of a staged shard (`StagedLayout`), a mark at a time: `use(data, skip, n)` with
+    rows skip .. skip + n - 1 of the framed rows in `data`. Damaged (the shard and its receipt removed, so that the
+    same command run again makes it again) for closing marks that do not hold, and for rows `use` finds damaged
+    (`BadRows`: cut short, or failing their CRC)."""
+    import numpy as np
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise PrepError(f"{path}: cannot read the staged shard ({e.strerror})") from None
+    try:
+        size = os.fstat(fd).st_size
+        footer = _unframed(os.pread(fd, _FOOTER, max(0, size - _FOOTER)))
+        marks_at = struct.unpack("<Q", footer)[0] if footer is not None and len(footer) == 8 else size
+        held = _unframed(os.pread(fd, size - _FOOTER - marks_at, marks_at)) if marks_at < size - _FOOTER else None
+        marks = np.frombuffer(held, "<i8") if held is not None and len(held) % 8 == 0 else np.zeros(0, np.int64)
+        if (not len(marks) or marks[0] != 0 or marks[-1] != marks_at or (np.diff(marks) < 0).any()
+                or first + count > (len(marks) - 1) * MARK_ROWS):
+            raise damaged(path, fd, f"its closing marks do not hold rows {first} to {first + count - 1}")
+        k = first // MARK_ROWS
+        while count:
+            skip = first - k * MARK_ROWS
+            n = min(count, MARK_ROWS - skip)
+            try:
+                use(os.pread(fd, int(marks[k + 1] - marks[k]), int(marks[k])), skip, n)
+            except BadRows as e:
+                raise damaged(path, fd, f"rows {k * MARK_ROWS + skip} to {k * MARK_ROWS + skip + n - 1}: {e}") from None
+            first, count, k = first + n, count - n, k + 1
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
 # Reading
 
 def _open(path: Path):
-    """`path` as a pyarrow ParquetFile (its footer read), its pages' checksums verified as they are read."""
+    """`path` as a pyarrow ParquetFile (its footer read), the pages' checksums verified as they are read where its
+    writer wrote them (ours do not: `WRITER`)."""
     path = Path(path)
     if not path.is_file():
         raise PrepError(f"{path}: no such Parquet file")
@@ -620,25 +827,6 @@ def file_meta(path: Path) -> dict:
     except (TypeError, ValueError, KeyError):
         raise PrepError(f"{path}: no wikiprep metadata (its sequence length and mask count); give the dataset "
                         f"folder, whose dataset.json says them") from None
-
-
-def read_rows(path: Path, first: int, count: int):
-    """Tables of rows first .. first + count - 1 of a Parquet file, a row group at a time."""
-    f = _open(path)
-    meta = f.metadata
-    at = 0
-    for g in range(meta.num_row_groups):
-        rows = meta.row_group(g).num_rows
-        lo, hi = max(first, at), min(first + count, at + rows)
-        if lo < hi:
-            try:
-                table = f.read_row_group(g, use_threads=False)  # threads: more CPU for a row group, not less
-            except Exception as e:
-                raise PrepError(f"{path}: cannot read row group {g} ({' '.join(str(e).split())})") from None
-            yield table.slice(lo - at, hi - lo)
-        at += rows
-    if at < first + count:
-        raise PrepError(f"{path}: {at} rows, but its receipt's counts need {first + count}")
 
 
 def _expected_schema(layout: ParquetLayout) -> dict[str, str]:
