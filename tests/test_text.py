@@ -289,6 +289,18 @@ def test_a_second_run_is_complete_and_a_changed_corpus_is_refused_before_any_wor
     assert _dataset_files(data) == before
 
 
+def test_a_sentences_document_too_short_is_dropped_without_a_sentence_model(tmp_path):
+    """A document of the sentences format under --min-doc-chars is counted as dropped; none is ever split, so no
+    Punkt model is needed for it either (it was a ValueError: "needs splitting, and no sentence model")."""
+    from wikiprep.sentences import split_piece
+
+    path = tmp_path / "s.txt"
+    path.write_bytes(b"Short one.\n\n" + b"A sentence long enough to be kept by the minimum. " * 5 + b"\n")
+    docs = readers.documents("sentences", path, path.name, min_chars=200)
+    stats = split_piece(docs, None, tmp_path / "split", num_shards=1, seed=1)
+    assert (stats["documents"], stats["dropped"]) == (1, {"too_short": 1}), stats
+
+
 def test_the_sentences_format_gives_create_pretraining_datas_records(tmp_path):
     """One shard holds every document in corpus order: its instances are the drop-in's on the same file, with
     the shard's seed. No Punkt model is trained for it."""

@@ -607,12 +607,12 @@ def split_piece(documents: Iterable[Document], punkt_path: str | Path | None, ou
         for doc in documents:
             if progress is not None:
                 progress(doc.read, size)
-            if not doc.split:
+            if not doc.paragraphs or not doc.split:  # a dropped document has nothing to split
                 lines = doc.paragraphs
             elif splitter is None:
                 raise ValueError(f"document {doc.id} needs splitting, and no sentence model was given")
             else:
-                lines = document_sentences(doc.paragraphs, splitter) if doc.paragraphs else []
+                lines = document_sentences(doc.paragraphs, splitter)
             if not lines:
                 dropped[doc.dropped or "no_sentences"] += 1
                 continue
