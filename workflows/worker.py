@@ -92,6 +92,7 @@ from .progress import Display, RunProgress
 logger = logging.getLogger("luigi-interface")
 
 CLAIM_AGAIN_SECONDS = 30.0
+TASK_STOP_SECONDS = 30.0  # how long an interrupted run waits for each of its task processes to stop
 
 
 def _complete(task: luigi.Task) -> bool:
@@ -152,8 +153,13 @@ class Worker(luigi.worker.Worker):
         if isinstance(value, (KeyboardInterrupt, Terminated)):
             console.note_interrupted(self.run_progress.running())
         try:
-            return super().__exit__(type, value, traceback)
+            return super().__exit__(type, value, traceback)  # SIGTERM to the task processes still running
         finally:
+            # Gone before the run's last line is printed: a task process stopping (or finishing as it was stopped)
+            # logs no line after it. They remove their temporaries and exit at once on SIGTERM.
+            for process in list(self._running_tasks.values()):
+                if process.is_alive():
+                    process.join(TASK_STOP_SECONDS)
             if self._display is not None:
                 if self._display.is_alive():
                     self._display.stop()
