@@ -407,9 +407,8 @@ def _framed_rows(data: bytes, first: int, count: int, limit: int, unmask: bool) 
         length = struct.unpack_from("<Q", data, at)[0] if len(data) - at >= 16 else -1
         if not 0 <= length <= len(data) - at - 16:
             raise ValueError("rows: a row cut short")
-        framed, at = data[at:at + 16 + length], at + 16 + length
-        payload = framed[12:-4]
-        if frame_record(payload) != framed:
+        payload, at = _unframed(data[at:at + 16 + length]), at + 16 + length
+        if payload is None:
             raise ValueError("rows: a row whose checksum does not match")
         if length < _HEAD.size:
             raise ValueError("rows: a row that does not hold what its head says")
@@ -726,7 +725,7 @@ class StagedLayout(Layout):
         self.parquet.check(options)
 
     def encoder(self, max_seq_length: int, max_predictions_per_seq: int, vocab=None) -> InstanceRows:
-        return InstanceRows(max_seq_length, max_predictions_per_seq)
+        return self.parquet.encoder(max_seq_length, max_predictions_per_seq, vocab)  # the rows its parts read
 
     def writers(self, paths, index_paths, dims, *, overwrite=False, vocab=None) -> "StagedFiles":
         return StagedFiles(self.parquet, paths, dims, overwrite=overwrite)
