@@ -61,7 +61,12 @@ def folder_name(options: GenerationOptions, layout: Layout = layouts.DEFAULT, *,
     factor; `_shards16`, `_seed7` when the shard count or seed is not the default (`DEFAULT_NUM_SHARDS`,
     `DEFAULT_SEED`), `_wwm` with whole-word masking; then the layout's suffix ('_hdf5', '_remask'). Each such
     dataset is a sibling of the others, in a folder of its own; a default run's name is that of every version."""
-    return _name({**options.as_dict(), "seed": options.random_seed, "num_shards": num_shards}, layout)
+    return _name(_named_values(options, num_shards), layout)
+
+
+def _named_values(options: GenerationOptions, num_shards: int) -> dict:
+    """What `_name` reads, under dataset.json's keys (`describe`: the seed as `seed`)."""
+    return {**options.as_dict(), "seed": options.random_seed, "num_shards": num_shards}
 
 
 # The keys of a dataset's description its folder's name says since it says more than the sequence length, masks and
@@ -92,7 +97,7 @@ def dataset_folder(work_dir: str | Path, options: GenerationOptions, layout: Lay
     parameters as before. Said once per process, with where new datasets of these parameters go.
     """
     work_dir = Path(work_dir)
-    values = {**options.as_dict(), "seed": options.random_seed, "num_shards": num_shards}
+    values = _named_values(options, num_shards)
     folder, before = work_dir / _name(values, layout), work_dir / _name(values, layout, legacy=True)
     if folder == before or any((claim / DESCRIPTION).exists() for claim in _claims(folder, layout)):
         return folder
