@@ -135,3 +135,15 @@ def test_a_bad_recipe_is_one_line_naming_the_file_and_the_source(tmp_path, text,
     with pytest.raises(PrepError) as raised:
         read_recipe(path)
     assert str(raised.value).startswith(f"--recipe {path}: {message}")
+
+
+def test_every_kind_of_source_binds_each_of_its_recipe_keys_to_a_parameter_of_its_task():
+    """workflows.mix.MEMBER_TASKS against wikiprep.mixture.KINDS: a kind, or a key of one, that a recipe may give
+    but no task takes would fail only when a recipe uses it."""
+    from wikiprep.mixture import KINDS
+    from workflows.mix import MEMBER_TASKS
+
+    assert set(MEMBER_TASKS) == set(KINDS)
+    for kind, (task, parameter) in MEMBER_TASKS.items():
+        assert set(parameter) == set(KINDS[kind]), kind
+        assert set(parameter.values()) <= set(task.get_param_names()), kind

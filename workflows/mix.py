@@ -33,6 +33,16 @@ from . import bert, slurm, text, wiki
 RECIPE_COPY = "recipe.json"
 
 
+# Each kind of source a recipe may hold (wikiprep.mixture.KINDS) as its own corpus' SentenceShards task: the task's
+# class, and the task parameter each of the kind's recipe keys gives. A new kind of corpus adds a row here.
+MEMBER_TASKS = {
+    "wikipedia": (wiki.SentenceShards, {"wiki": "wiki", "dump_date": "dump_date", "dump_url": "dump_url",
+                                        "multistream": "multistream"}),
+    "text": (text.TextSentenceShards, {"path": "text_dir", "format": "text_format", "text_field": "text_field",
+                                       "name": "name"}),
+}
+
+
 def recipe_description(recipe: Recipe) -> dict:
     return {"name": recipe.name, "sources": {str(n + 1): {"kind": s.kind, "repeat": s.repeat, **s.params}
                                              for n, s in enumerate(recipe.sources)}}
@@ -63,13 +73,8 @@ class MixTask(bert.CorpusTask):
         (its `stage`, `piece_task`, `pieces`) are those of the single-source run."""
         split = {"data_dir": self.data_dir, "num_shards": self.num_shards, "seed": self.seed,
                  "min_doc_chars": self.min_doc_chars}
-        p = spec.params
-        if spec.kind == "wikipedia":
-            keys = {k: p[k] for k in ("wiki", "dump_date", "dump_url", "multistream") if k in p}
-            return wiki.SentenceShards(**split, **keys)
-        return text.TextSentenceShards(**split, text_dir=p["path"], text_format=p["format"],
-                                       **({"text_field": p["text_field"]} if "text_field" in p else {}),
-                                       **({"name": p["name"]} if "name" in p else {}))
+        task, parameter = MEMBER_TASKS[spec.kind]
+        return task(**split, **{parameter[key]: value for key, value in spec.params.items()})
 
     def members(self) -> list[tuple[bert.CorpusTask, int]]:
         return [(self.member_task(spec), spec.repeat) for spec in self.read_recipe().sources]
