@@ -29,7 +29,7 @@ import signal
 from typing import Callable, Iterable, Iterator
 
 from .errors import PrepError
-from .signals import STOP_SIGNALS, Terminated, received
+from .signals import Terminated, held_for_fork, received, release_in_child
 
 Map = Callable[[Callable, Iterable], Iterator]
 
@@ -84,15 +84,14 @@ def file_map(jobs: int) -> Iterator[Map]:
             pool.join()
 
 
-# STOP_SIGNALS are held back while a child is forked, until it runs `_run_child`: one that lands in what runs at
-# a fork (Python's at-fork hooks, multiprocessing's start-up) is printed there as "Exception ignored" and
-# swallowed, and the child, its SIGTERM handler already spent, runs on deaf to the next one.
+# STOP_SIGNALS are held back while a child is forked (`held_for_fork`), until it runs `_run_child`: one that lands
+# in what runs at a fork (Python's at-fork hooks, multiprocessing's start-up) is printed there as "Exception
+# ignored" and swallowed, and the child, its SIGTERM handler already spent, runs on deaf to the next one.
 
 
 def _run_child(fn: Callable, item, conn) -> None:
     """In the child: fn(item), sent back as (True, value) or (False, the Exception it raised)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent reports it once
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # a SIGTERM sent meanwhile is handled from here on
+    release_in_child()  # SIGINT ignored (the parent reports it once); a SIGTERM sent meanwhile is handled from here
     try:
         outcome = (True, fn(item))
     except Exception as error:  # noqa: BLE001 - carried back and raised in the parent, as a serial run would
@@ -147,17 +146,16 @@ def forked_each(fn: Callable, items: Iterable, processes: int, *, grace: float =
         receive, send = context.Pipe(duplex=False)
         child = context.Process(target=_run_child, args=(fn, item, send), daemon=True)
         running[receive] = (child, item)  # before the fork: stopped and reaped whatever happens from here
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         # The child's garbage collector never touches what the parent had: garbage awaiting collection there
         # (a TensorFlow data iterator, say) has destructors that wait for threads the fork did not copy, and a
         # child collecting it would wait forever. Frozen objects are the parent's to collect, after the fork.
-        gc.freeze()
-        try:
-            child.start()
-        finally:
-            gc.unfreeze()
-            send.close()
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # ours, held meanwhile, lands here
+        with held_for_fork():  # ours, held meanwhile, lands as the block ends
+            gc.freeze()
+            try:
+                child.start()
+            finally:
+                gc.unfreeze()
+                send.close()
 
     def results() -> Iterator:
         for item in pending:

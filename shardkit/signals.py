@@ -15,14 +15,19 @@ would print it as "Exception ignored in ...": it is left unprinted here) and the
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
+from typing import Iterator
 
 EXIT_STATUS = 128 + signal.SIGTERM
 
 # The signals that stop a run (SIGINT: Ctrl-C), held back while a process forks a child that sets its own handlers.
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+_handlers_held: dict | None = None  # while `held_for_fork` holds them: the handlers it replaced
+_arrived_while_held: list[int] = []
 
 _received = False
 
@@ -62,3 +67,60 @@ def raise_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _raise)
         if not getattr(sys.unraisablehook, "wraps_terminated", False):
             sys.unraisablehook = _unraisable_hook(sys.unraisablehook)
+
+
+def _note_held(signum, frame):
+    _arrived_while_held.append(signum)
+
+
+@contextlib.contextmanager
+def held_for_fork() -> Iterator[None]:
+    """STOP_SIGNALS held back while the block forks a child, then delivered to this process as they came.
+
+    Blocking them (pthread_sigmask) is what the child needs: it inherits the mask, so a SIGTERM sent to it
+    before it has set its own handlers (`release_in_child`) waits instead of landing in what runs at a fork
+    (Python's at-fork hooks, multiprocessing's start-up), where its Terminated would be swallowed. It is not
+    enough for this process: the mask is the calling thread's, and a signal sent to the process is taken by
+    any other thread (luigi's keep-alive, a progress display), whose Python handler then runs in the main
+    thread wherever it is, half-way through multiprocessing's `start()`, after the fork and before the
+    child is recorded. The child then runs on, never stopped or waited for. So the Python handlers are
+    replaced too, by one that notes the signal, which is raised once the block is over: the child started
+    and recorded (or the start failed).
+    """
+    global _handlers_held
+    main = threading.current_thread() is threading.main_thread()
+    # Only the main thread sets handlers; an inner hold adds nothing; a handler set from C is not Python's to put back.
+    if not main or _handlers_held is not None or any(signal.getsignal(s) is None for s in STOP_SIGNALS):
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return
+    _arrived_while_held.clear()
+    _handlers_held = {signum: signal.signal(signum, _note_held) for signum in sorted(STOP_SIGNALS)}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        handlers, _handlers_held = _handlers_held, None
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        arrived = list(dict.fromkeys(_arrived_while_held))
+        _arrived_while_held.clear()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one sent to this thread meanwhile lands here
+        for signum in arrived:  # and one another thread took, here: its handler as it would have run
+            signal.raise_signal(signum)
+
+
+def release_in_child() -> None:
+    """In a child forked under `held_for_fork`: the parent's handlers back (SIGINT ignored: Ctrl-C reaches the
+    whole process group, and the parent reports it once), then STOP_SIGNALS unblocked, so that a SIGTERM sent to
+    the child meanwhile is handled from here on."""
+    global _handlers_held
+    if _handlers_held is not None:
+        signal.signal(signal.SIGTERM, _handlers_held[signal.SIGTERM])
+        _handlers_held = None
+        _arrived_while_held.clear()  # the parent's to deliver
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

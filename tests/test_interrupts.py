@@ -99,6 +99,68 @@ sys.exit(run("prog", parser, {{"go": command}}, ["go"]))
     assert r.stderr == "prog: terminated (SIGTERM); nothing half-written is left, run the same command again\n"
 
 
+# A child started by each of the two places that fork one: a plain multiprocessing child under held_for_fork (as
+# shardkit.pool.forked_each starts its writers) and the Luigi worker's task process (workflows.worker).
+FORKS = {
+    "held_for_fork": """
+from shardkit.signals import held_for_fork, release_in_child
+
+def sleeper():
+    release_in_child()
+    time.sleep(60)
+
+child = multiprocessing.get_context("fork").Process(target=sleeper, daemon=True)
+def start():
+    with held_for_fork():
+        child.start()
+""",
+    "luigi-task-process": """
+import luigi, luigi.worker
+from workflows.worker import _TaskProcess
+
+class Sleeper(luigi.Task):
+    def run(self):
+        time.sleep(60)
+
+child = luigi.worker.ContextManagedTaskProcess(None, Sleeper(), "worker", multiprocessing.Queue(), None,
+                                               use_multiprocessing=True)
+child.__class__ = _TaskProcess
+start = child.start
+""",
+}
+
+
+@pytest.mark.parametrize("fork", sorted(FORKS))
+def test_ctrl_c_taken_by_another_thread_during_a_fork_lands_once_the_child_is_recorded(fork):
+    """A signal sent to a process goes to any thread that does not block it (luigi's keep-alive thread, a progress
+    display), and Python then runs its handler in the main thread wherever that is: half-way through
+    multiprocessing's start(), after the fork and before the child is recorded, the child would never be stopped
+    or waited for, and would finish its task after the run said it was interrupted (seen once in CI). Here the
+    Ctrl-C reaches another thread at the fork itself; it must land once start() is over, with the child
+    recorded, stoppable by SIGTERM through the handler its parent had."""
+    code = f"""
+import multiprocessing, os, signal, sys, threading, time
+sys.path.insert(0, {str(REPO)!r})
+from shardkit.signals import raise_on_sigterm
+raise_on_sigterm()
+{FORKS[fork]}
+other = threading.Thread(target=time.sleep, args=(60,), daemon=True)
+other.start()
+os.register_at_fork(before=lambda: signal.pthread_kill(other.ident, signal.SIGINT))
+try:
+    start()
+    print("no interrupt")
+except KeyboardInterrupt:
+    print("interrupted, the child recorded:", child.pid is not None and child.is_alive())
+    t0 = time.monotonic()
+    child.terminate()
+    child.join(30)
+    print("stopped by SIGTERM:", child.exitcode is not None and time.monotonic() - t0 < 20)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout == "interrupted, the child recorded: True\nstopped by SIGTERM: True\n", r.stdout + r.stderr
+
+
 def test_a_dead_writers_temporary_is_removed_a_live_ones_is_not(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)  # that process has exited

@@ -71,7 +71,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
 import time
 import warnings
@@ -84,7 +83,7 @@ from luigi.task import UnconsumedParameterWarning
 from luigi.task_register import load_task
 
 from shardkit.errors import PrepError, excerpt
-from shardkit.signals import STOP_SIGNALS, Terminated, received
+from shardkit.signals import Terminated, held_for_fork, received, release_in_child
 
 from . import channel, console
 from .progress import Display, RunProgress
@@ -114,17 +113,14 @@ class _TaskProcess(luigi.worker.ContextManagedTaskProcess):
     """Luigi's task process, which, forked, leaves Ctrl-C to the worker's process (module docstring)."""
 
     def start(self):
-        # Held back while the process is forked, until it has set its own handlers (as shardkit.pool does).
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
+        # Held back while the process is forked, until it has set its own handlers; and in this process until
+        # the worker has it recorded, so that an interrupt stops it and waits for it (shardkit.signals).
+        with held_for_fork():
             super().start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def run(self):
         if os.getpid() != self._parent_pid:  # forked; else Luigi runs the task in the worker's own process
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            release_in_child()
         super().run()
 
 
