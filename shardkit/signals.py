@@ -88,26 +88,23 @@ def held_for_fork() -> Iterator[None]:
     and recorded (or the start failed).
     """
     global _handlers_held
-    main = threading.current_thread() is threading.main_thread()
     # Only the main thread sets handlers; an inner hold adds nothing; a handler set from C is not Python's to put back.
-    if not main or _handlers_held is not None or any(signal.getsignal(s) is None for s in STOP_SIGNALS):
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        return
-    _arrived_while_held.clear()
-    _handlers_held = {signum: signal.signal(signum, _note_held) for signum in sorted(STOP_SIGNALS)}
+    hold_handlers = (threading.current_thread() is threading.main_thread() and _handlers_held is None
+                     and all(signal.getsignal(s) is not None for s in STOP_SIGNALS))
+    if hold_handlers:
+        _arrived_while_held.clear()
+        _handlers_held = {signum: signal.signal(signum, _note_held) for signum in sorted(STOP_SIGNALS)}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:
-        handlers, _handlers_held = _handlers_held, None
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        arrived = list(dict.fromkeys(_arrived_while_held))
-        _arrived_while_held.clear()
+        arrived = []
+        if hold_handlers:
+            handlers, _handlers_held = _handlers_held, None
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+            arrived = list(dict.fromkeys(_arrived_while_held))
+            _arrived_while_held.clear()
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one sent to this thread meanwhile lands here
         for signum in arrived:  # and one another thread took, here: its handler as it would have run
             signal.raise_signal(signum)

@@ -139,14 +139,21 @@ def test_ctrl_c_taken_by_another_thread_during_a_fork_lands_once_the_child_is_re
     Ctrl-C reaches another thread at the fork itself; it must land once start() is over, with the child
     recorded, stoppable by SIGTERM through the handler its parent had."""
     code = f"""
-import multiprocessing, os, signal, sys, threading, time
+import functools, multiprocessing, os, signal, sys, threading, time
 sys.path.insert(0, {str(REPO)!r})
 from shardkit.signals import raise_on_sigterm
 raise_on_sigterm()
 {FORKS[fork]}
 other = threading.Thread(target=time.sleep, args=(60,), daemon=True)
 other.start()
-os.register_at_fork(before=lambda: signal.pthread_kill(other.ident, signal.SIGINT))
+# Before the fork: SIGINT to the other thread, then wait until it has taken it (Python's C handler writes to the
+# wakeup fd). The wait is C code (no bytecode, so no Python handler runs in it): the handler runs in the main
+# thread once os.fork() is back in multiprocessing's start(). Hooks run last-registered first.
+arrived, wakeup = os.pipe()
+os.set_blocking(wakeup, False)
+signal.set_wakeup_fd(wakeup)
+os.register_at_fork(before=functools.partial(os.read, arrived, 1))
+os.register_at_fork(before=functools.partial(signal.pthread_kill, other.ident, signal.SIGINT))
 try:
     start()
     print("no interrupt")
