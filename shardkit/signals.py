@@ -117,7 +117,6 @@ def release_in_child() -> None:
     global _handlers_held
     if _handlers_held is not None:
         signal.signal(signal.SIGTERM, _handlers_held[signal.SIGTERM])
-        _handlers_held = None
-        _arrived_while_held.clear()  # the parent's to deliver
+        _handlers_held = None  # a hold of the child's own (forked_each in a task process) holds them anew
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
