@@ -41,6 +41,7 @@ TIERS = {
     "test_inspect": "e2e",
     "test_instances": "unit",
     "test_interrupts": "unit",
+    "test_jsonfile": "unit",
     "test_languages": ("unit", {"test_a_chinese_dump_through_luigi": "e2e"}),
     "test_layout": "unit",
     "test_luigid": "daemons",
